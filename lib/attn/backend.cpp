@@ -1,0 +1,41 @@
+#include "attn/backend.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace attn {
+
+// EXAMPLES.md E6: the cost of an explicit score matrix.
+static_assert(scores_per_head({1, 1, 1024, 1024, 64, 64}) == 1'048'576);
+static_assert(scores_per_head({1, 1, 2048, 2048, 64, 64}) == 4'194'304);
+static_assert(scores_per_head({1, 1, 2048, 2048, 64, 64}) == 4 * scores_per_head({1, 1, 1024, 1024, 64, 64}));
+static_assert(score_matrix_bytes<fp16>({1, 1, 1024, 1024, 64, 64}) == 2u << 20);  // 2 MiB
+static_assert(score_matrix_bytes<fp16>({1, 1, 2048, 2048, 64, 64}) == 8u << 20);  // 8 MiB
+static_assert(head_dim(768, 12) == 64 && 8 * 8 == head_dim(768, 12));           // sqrt(64) = 8
+static_assert(flops({1, 1, 1024, 1024, 64, 64}) == 4.0 * 1024 * 1024 * 64);
+
+std::size_t workspace_cap() {
+  if (const char* env = std::getenv("ATTN_MEMORY_CAP")) {
+    char* end = nullptr;
+    unsigned long long v = std::strtoull(env, &end, 10);
+    if (end != env && *end == '\0' && v > 0) return static_cast<std::size_t>(v);
+    throw Error(std::string("ATTN_MEMORY_CAP='") + env + "' is not a positive number of bytes");
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 4
+                               : std::size_t(1) << 32;
+}
+
+void check_workspace(std::string_view backend, std::string_view what, std::size_t bytes) {
+  const std::size_t cap = workspace_cap();
+  if (bytes > cap) {
+    auto mib = [](std::size_t b) { return std::to_string(b >> 20) + " MiB"; };
+    throw Error(std::string(backend) + " needs " + mib(bytes) + " for " + std::string(what) +
+                ", over the memory cap of " + mib(cap) +
+                " (a quarter of RAM; set ATTN_MEMORY_CAP to change it)");
+  }
+}
+
+}  // namespace attn

@@ -1,0 +1,74 @@
+// What every backend promises: the AttentionBackend concept, the Result it
+// returns, the workspace it accounts for, and the constexpr cost model.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "attn/problem.hpp"
+
+namespace attn {
+
+template <class S>
+struct Result {
+  xt::xtensor<S, 4> out;                          // [B, H, n_q, d_v]
+  std::optional<xt::xtensor<double, 4>> weights;  // [B, H, n_q, n_kv] if need_weights
+  std::optional<xt::xtensor<double, 3>> lse;      // [B, H, n_q] if need_lse; -inf on masked rows
+  std::size_t workspace_bytes = 0;                // scratch the backend allocated for the call
+};
+
+// A backend is a type with a name, a one-line description, and
+//   run<S, P>(inputs, options)       -> Result<S>, for every storage S and policy P
+//   workspace_bytes<S, P>(shape, o)  -> the scratch bytes run() allocates
+// run() requires validate(inputs, options) to have passed (run_checked does both).
+template <class B>
+concept AttentionBackend = requires(const Inputs<float>& in, const Options& o, const Shape& s) {
+  { B::name } -> std::convertible_to<std::string_view>;
+  { B::description } -> std::convertible_to<std::string_view>;
+  { B::template run<float, Accumulate::fp32>(in, o) } -> std::same_as<Result<float>>;
+  { B::template workspace_bytes<float, Accumulate::fp32>(s, o) } -> std::same_as<std::size_t>;
+};
+
+// validate() and then run(): the entry point for callers outside the library.
+template <AttentionBackend B, class S, Accumulate P>
+Result<S> run_checked(const Inputs<S>& in, const Options& o) {
+  validate(in, o);
+  return B::template run<S, P>(in, o);
+}
+
+// --- Workspace --------------------------------------------------------------
+
+// The most scratch memory a backend may allocate in one call: a quarter of
+// physical memory, or ATTN_MEMORY_CAP bytes when that is set.
+std::size_t workspace_cap();
+// Throws Error when `bytes` exceeds workspace_cap(), naming the backend and
+// what the memory is for, so a huge score matrix fails cleanly.
+void check_workspace(std::string_view backend, std::string_view what, std::size_t bytes);
+
+// --- Cost model ---------------------------------------------------------------
+
+// Scores of one head: the n_q x n_kv matrix the naive algorithm holds.
+constexpr std::uint64_t scores_per_head(const Shape& s) { return std::uint64_t(s.n_q) * s.n_kv; }
+
+// Bytes of an explicit score matrix of one head stored in T.
+template <class T>
+constexpr std::uint64_t score_matrix_bytes(const Shape& s) {
+  return scores_per_head(s) * sizeof(T);
+}
+
+// Floating-point operations of Q K^T and P V: 2 n_q n_kv (d_k + d_v) per
+// head, which is the usual 4 B H n_q n_kv d when d_k = d_v = d; halved for
+// causal self-attention (the FlashAttention benchmarks' convention).
+constexpr double flops(const Shape& s, bool causal = false) {
+  double f = 2.0 * double(s.batch) * double(s.heads) * double(s.n_q) * double(s.n_kv) *
+             double(s.d_k + s.d_v);
+  return causal ? f / 2 : f;
+}
+
+// Dimensions per head of a d_model split over `heads` heads.
+constexpr std::size_t head_dim(std::size_t d_model, std::size_t heads) { return d_model / heads; }
+
+}  // namespace attn

@@ -1,0 +1,29 @@
+// reference: the naive algorithm in 50 significant decimal digits
+// (Boost.Multiprecision cpp_bin_float_50), rounded once at the end. The
+// ground truth every other backend is compared with. O(n_q * n_kv) memory of
+// 50-digit numbers and about 10 us per exp: for small and medium shapes.
+#pragma once
+
+#include "attn/backend.hpp"
+
+namespace attn::backends {
+
+struct Reference {
+  static constexpr std::string_view name = "reference";
+  static constexpr std::string_view description =
+      "the naive algorithm in 50-digit arithmetic (Boost.Multiprecision): the ground truth";
+  static constexpr bool exact = true;
+
+  // The accumulation policy is ignored: the reference always computes in 50 digits.
+  template <class S, Accumulate P>
+  static Result<S> run(const Inputs<S>& in, const Options& opt);
+  template <class S, Accumulate P>
+  static std::size_t workspace_bytes(const Shape& s, const Options& opt);
+};
+
+// The exact attention of the given (already rounded) inputs, rounded once
+// to double: what every comparison in the suite measures against. Always
+// returns weights and logsumexp.
+Result<double> reference_attention(const Inputs<double>& in, const Options& opt);
+
+}  // namespace attn::backends

@@ -1,0 +1,90 @@
+#include "attn/metrics.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attn {
+
+template <std::size_t N>
+ErrorStats compare(const xt::xtensor<double, N>& got, const xt::xtensor<double, N>& ref, double u) {
+  if (got.shape() != ref.shape()) throw Error("compare: the result's shape differs from the reference's");
+  ErrorStats e;
+  const double inf = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0, n = got.size(); i < n; ++i) {
+    const double x = got.data()[i], r = ref.data()[i];
+    if (x == r) continue;  // includes equal infinities
+    double err = std::fabs(x - r);
+    if (std::isnan(err)) err = inf;
+    if (!std::isfinite(x) && std::isfinite(r)) e.all_finite_where_ref_finite = false;
+    if (err > e.max_abs) {
+      e.max_abs = err;
+      e.worst = i;
+    }
+    if (r != 0 && std::isfinite(r)) {
+      e.max_rel = std::max(e.max_rel, err / std::fabs(r));
+      const double ulp = 2 * u * std::exp2(std::floor(std::log2(std::max(std::fabs(r), u))));
+      e.max_ulps = std::max(e.max_ulps, err / ulp);
+    }
+  }
+  return e;
+}
+template ErrorStats compare(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&, double);
+template ErrorStats compare(const xt::xtensor<double, 4>&, const xt::xtensor<double, 4>&, double);
+
+double max_row_sum_error(const xt::xtensor<double, 4>& w) {
+  const std::size_t n_kv = w.shape(3), rows = w.size() / n_kv;
+  double worst = 0;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const double* p = w.data() + r * n_kv;
+    double sum = 0;
+    bool any = false;
+    for (std::size_t j = 0; j < n_kv; ++j) {
+      sum += p[j];
+      any = any || p[j] != 0;
+    }
+    if (any) worst = std::max(worst, std::fabs(sum - 1));
+  }
+  return worst;
+}
+
+double gamma(double k, double u) {
+  return k * u < 1 ? k * u / (1 - k * u) : std::numeric_limits<double>::infinity();
+}
+
+ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store) {
+  const Shape sh = in.shape();
+  const MaskView mask(opt.mask, sh);
+  const double scale = std::fabs(opt.resolved_scale(sh));
+  double score_mag = 0, max_v = 0, max_lse = 0;
+  for (std::size_t b = 0; b < sh.batch; ++b)
+    for (std::size_t h = 0; h < sh.heads; ++h)
+      for (std::size_t i = 0; i < sh.n_q; ++i) {
+        const auto keys = mask.keys(b, i);
+        double row_max = -std::numeric_limits<double>::infinity();
+        for (std::size_t j = keys.begin; j < keys.end; ++j) {
+          const double bias = mask.elementwise() ? mask.offset(i, j) : 0.0;
+          if (std::isinf(bias)) continue;  // masked
+          double mag = 0, s = 0;
+          for (std::size_t l = 0; l < sh.d_k; ++l) {
+            mag += std::fabs(in.q(b, h, i, l) * in.k(b, h, j, l));
+            s += in.q(b, h, i, l) * in.k(b, h, j, l);
+          }
+          score_mag = std::max(score_mag, scale * mag + std::fabs(bias));
+          row_max = std::max(row_max, scale * s + bias);
+        }
+        if (std::isfinite(row_max))
+          max_lse = std::max(max_lse, std::fabs(row_max) + std::log(double(sh.n_kv)));
+      }
+  for (double x : in.v) max_v = std::max(max_v, std::fabs(x));
+
+  const double n = double(sh.n_kv);
+  const double ds = gamma(double(sh.d_k) + 4, u_acc) * score_mag;
+  ErrorBound bound;
+  bound.weights = std::min(1.0, std::expm1(2 * ds) + gamma(2 * n + 8, u_acc));
+  bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + gamma(4 * n + 10, u_acc) + u_store));
+  bound.lse = 3 * ds + gamma(2 * n + 4, u_acc) + u_acc * (std::log(n) + max_lse);
+  return bound;
+}
+
+}  // namespace attn

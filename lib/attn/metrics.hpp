@@ -1,0 +1,49 @@
+// Error metrics against the reference, and the one place that owns the
+// tolerances of the suite: bounds derived from unit roundoff and the problem.
+#pragma once
+
+#include <cstddef>
+
+#include "attn/problem.hpp"
+
+namespace attn {
+
+struct ErrorStats {
+  double max_abs = 0;   // max |x - ref|
+  double max_rel = 0;   // max |x - ref| / |ref| over ref != 0
+  double max_ulps = 0;  // max |x - ref| in units of the last place of ref at unit roundoff u
+  std::size_t worst = 0;  // flat index of the largest |x - ref|
+  bool all_finite_where_ref_finite = true;
+};
+
+// Compares elementwise; equal infinities (a -inf logsumexp) count as exact.
+template <std::size_t N>
+ErrorStats compare(const xt::xtensor<double, N>& got, const xt::xtensor<double, N>& ref, double u);
+
+// max over rows of |sum_j w_ij - 1|, skipping rows that are entirely zero
+// (fully masked rows, checked separately); weights: [B, H, n_q, n_kv].
+double max_row_sum_error(const xt::xtensor<double, 4>& weights);
+
+// gamma_k = k u / (1 - k u) (Higham, Accuracy and Stability, sec. 3.1);
+// +inf when k u >= 1, where no worst-case bound exists.
+double gamma(double k, double u);
+
+// A worst-case, first-order forward error bound of attention evaluated in
+// unit roundoff u_acc and rounded to storage of unit roundoff u_store, for
+// these inputs (already rounded to storage) and options. Derivation:
+//   scores:  |ds_ij| <= ds := gamma_{d_k+4}(u_acc) max_ij (|scale| sum_l |q_il k_jl| + |b_ij|)
+//   weights: the row max cancels, so p_ij changes by a factor within
+//            exp(+-2 ds), plus the rounding of exp, sum and division:
+//            |dp_ij| <= weights := expm1(2 ds) + gamma_{2 n_kv + 8}(u_acc)
+//   output:  o = sum_j p_j v_j:
+//            |do| <= out := max|v| (expm1(2 ds) + gamma_{4 n_kv + 10}(u_acc) + u_store)
+//   lse:     |dlse| <= lse := 3 ds + gamma_{2 n_kv + 4}(u_acc) + u_acc (log n_kv + max|lse|)
+// Each is capped where a trivial bound is smaller (weights in [0, 1],
+// outputs in the convex hull of V). The bound is worst case: typical errors
+// are far smaller (they grow like sqrt(n), not n).
+struct ErrorBound {
+  double out = 0, weights = 0, lse = 0;
+};
+ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store);
+
+}  // namespace attn

@@ -1,0 +1,26 @@
+// .npy input and output for the CLI, on top of xtensor's npy support:
+// loads float64/float32/float16 (and bool/int masks) as double with every
+// malformed file reported as one clear Error, and writes atomically.
+#pragma once
+
+#include <string>
+
+#include "attn/xt.hpp"
+
+namespace attn {
+
+// Loads `path` (C order, little-endian; dtype f8, f4, f2, b1, u1, i4 or i8)
+// as double. `what` names the file's role in errors ("--q").
+xt::xtensor<double, 4> load_npy(const std::string& path, const std::string& what,
+                                std::size_t& rank_out);
+// As load_npy, for a tensor of exactly `rank` dimensions.
+xt::xtensor<double, 1> load_npy_1d(const std::string& path, const std::string& what);
+xt::xtensor<double, 2> load_npy_2d(const std::string& path, const std::string& what);
+
+// Writes float64 .npy to a temporary file beside `path`, then renames it
+// over `path`: a reader never sees a half-written file, and a failure
+// leaves what was there before.
+template <std::size_t N>
+void save_npy_atomic(const std::string& path, const xt::xtensor<double, N>& t);
+
+}  // namespace attn

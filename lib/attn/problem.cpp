@@ -1,0 +1,152 @@
+#include "attn/problem.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace attn {
+
+std::string to_string(const Shape& s) {
+  std::ostringstream o;
+  o << "B=" << s.batch << " H=" << s.heads << " n_q=" << s.n_q << " n_kv=" << s.n_kv
+    << " d_k=" << s.d_k << " d_v=" << s.d_v;
+  return o.str();
+}
+
+std::string mask_name(const Mask& m) {
+  struct {
+    std::string operator()(const mask::None&) const { return "none"; }
+    std::string operator()(const mask::Causal&) const { return "causal"; }
+    std::string operator()(const mask::SlidingWindow& w) const {
+      return "window:" + std::to_string(w.window);
+    }
+    std::string operator()(const mask::KeyPadding&) const { return "keypad"; }
+    std::string operator()(const mask::Boolean&) const { return "bool"; }
+    std::string operator()(const mask::AdditiveBias&) const { return "bias"; }
+  } name;
+  return std::visit(name, m);
+}
+
+double Options::resolved_scale(const Shape& s) const {
+  return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(s.d_k));
+}
+
+template <class S>
+Shape Inputs<S>::shape() const {
+  return {q.shape(0), q.shape(1), q.shape(2), k.shape(2), q.shape(3), v.shape(3)};
+}
+
+namespace {
+
+void fail(const std::string& what) { throw Error(what); }
+
+template <class S>
+void require_finite(const xt::xtensor<S, 4>& t, const char* name) {
+  const S* p = t.data();
+  for (std::size_t idx = 0, n = t.size(); idx < n; ++idx) {
+    if (!std::isfinite(static_cast<double>(p[idx]))) {
+      std::size_t d = t.shape(3), n2 = t.shape(2), h = t.shape(1);
+      std::ostringstream o;
+      o << name << " holds a non-finite value " << static_cast<double>(p[idx]) << " at [" << idx / (d * n2 * h)
+        << ", " << idx / (d * n2) % h << ", " << idx / d % n2 << ", " << idx % d
+        << "] (pass allow_nonfinite to accept it)";
+      fail(o.str());
+    }
+  }
+}
+
+void require_extent(std::size_t got, std::size_t want, const std::string& what) {
+  if (got != want)
+    fail(what + " is " + std::to_string(got) + ", expected " + std::to_string(want));
+}
+
+}  // namespace
+
+template <class S>
+void validate(const Inputs<S>& in, const Options& opt) {
+  const char* names[] = {"batch", "heads", "n", "d"};
+  const std::pair<const xt::xtensor<S, 4>*, const char*> tensors[] = {
+      {&in.q, "Q"}, {&in.k, "K"}, {&in.v, "V"}};
+  for (auto [t, name] : tensors)
+    for (std::size_t a = 0; a < 4; ++a)
+      if (t->shape(a) == 0)
+        fail(std::string(name) + " has a zero-sized dimension " + names[a] + " (axis " +
+             std::to_string(a) + " of [batch, heads, n, d])");
+  const std::string q_shape = " (Q is [" + std::to_string(in.q.shape(0)) + ", " +
+                              std::to_string(in.q.shape(1)) + ", n_q, d_k])";
+  require_extent(in.k.shape(0), in.q.shape(0), "K batch" + q_shape);
+  require_extent(in.v.shape(0), in.q.shape(0), "V batch" + q_shape);
+  require_extent(in.k.shape(1), in.q.shape(1), "K heads" + q_shape);
+  require_extent(in.v.shape(1), in.q.shape(1), "V heads" + q_shape);
+  require_extent(in.k.shape(3), in.q.shape(3), "K d_k (last dimension of K must equal Q's d_k)");
+  require_extent(in.v.shape(2), in.k.shape(2), "V n_kv (V must have as many rows as K)");
+  const Shape s = in.shape();
+
+  if (!opt.allow_nonfinite) {
+    require_finite(in.q, "Q");
+    require_finite(in.k, "K");
+    require_finite(in.v, "V");
+  }
+  const double scale = opt.resolved_scale(s);
+  if (!std::isfinite(scale)) fail("scale is " + std::to_string(scale) + ", must be finite");
+
+  struct {
+    const Shape& s;
+    void operator()(const mask::None&) const {}
+    void operator()(const mask::Causal&) const {}
+    void operator()(const mask::SlidingWindow& w) const {
+      if (w.window == 0) fail("mask window:0 sees no key; the window must be >= 1");
+    }
+    void operator()(const mask::KeyPadding& kp) const {
+      require_extent(kp.valid_length.size(), s.batch, "keypad mask length (one valid length per batch)");
+      for (std::size_t b = 0; b < s.batch; ++b)
+        if (kp.valid_length[b] > s.n_kv)
+          fail("keypad mask: valid length " + std::to_string(kp.valid_length[b]) + " of batch " +
+               std::to_string(b) + " exceeds n_kv = " + std::to_string(s.n_kv));
+    }
+    void operator()(const mask::Boolean& m) const {
+      require_extent(m.allowed.shape(0), s.n_q, "bool mask rows (must be n_q)");
+      require_extent(m.allowed.shape(1), s.n_kv, "bool mask columns (must be n_kv)");
+    }
+    void operator()(const mask::AdditiveBias& m) const {
+      require_extent(m.bias.shape(0), s.n_q, "bias mask rows (must be n_q)");
+      require_extent(m.bias.shape(1), s.n_kv, "bias mask columns (must be n_kv)");
+      for (std::size_t i = 0; i < s.n_q; ++i)
+        for (std::size_t j = 0; j < s.n_kv; ++j) {
+          double x = m.bias(i, j);
+          if (std::isnan(x) || x == std::numeric_limits<double>::infinity())
+            fail("bias mask holds " + std::to_string(x) + " at [" + std::to_string(i) + ", " +
+                 std::to_string(j) + "]; entries must be finite or -inf");
+        }
+    }
+  } check_mask{s};
+  std::visit(check_mask, opt.mask);
+}
+
+MaskView::MaskView(const Mask& m, const Shape& s)
+    : mask_(&m), diag_(static_cast<std::ptrdiff_t>(s.n_kv) - static_cast<std::ptrdiff_t>(s.n_q)), n_kv_(s.n_kv) {
+  if (auto* b = std::get_if<mask::AdditiveBias>(&m)) bias_ = b->bias.data();
+  if (auto* a = std::get_if<mask::Boolean>(&m)) allowed_ = a->allowed.data();
+}
+
+MaskView::Range MaskView::keys(std::size_t b, std::size_t i) const {
+  const auto n = static_cast<std::ptrdiff_t>(n_kv_);
+  // Last visible key for causal masks, clamped to [-1, n - 1].
+  const std::ptrdiff_t last = std::clamp<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(i) + diag_, -1, n - 1);
+  if (std::holds_alternative<mask::Causal>(*mask_)) return {0, static_cast<std::size_t>(last + 1)};
+  if (auto* w = std::get_if<mask::SlidingWindow>(mask_)) {
+    const std::ptrdiff_t first = static_cast<std::ptrdiff_t>(i) + diag_ - static_cast<std::ptrdiff_t>(w->window) + 1;
+    const auto begin = static_cast<std::size_t>(std::clamp<std::ptrdiff_t>(first, 0, n));
+    return {begin, std::max(begin, static_cast<std::size_t>(last + 1))};
+  }
+  if (auto* kp = std::get_if<mask::KeyPadding>(mask_)) return {0, kp->valid_length[b]};
+  return {0, n_kv_};
+}
+
+#define ATTN_INSTANTIATE(S)                      \
+  template struct Inputs<S>;                     \
+  template void validate(const Inputs<S>&, const Options&);
+ATTN_FOR_EACH_STORAGE(ATTN_INSTANTIATE)
+#undef ATTN_INSTANTIATE
+
+}  // namespace attn

@@ -1,0 +1,100 @@
+// The compile-time lists of backends and precisions. Adding a backend is its
+// file pair plus one line in `Backends`; the CLI, tests and benchmarks all
+// iterate these lists and name no backend themselves.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "attn/backend.hpp"
+#include "attn/backends/naive.hpp"
+#include "attn/backends/reference.hpp"
+
+namespace attn {
+
+template <class... Ts>
+struct type_list {};
+
+using Backends = type_list<backends::Naive, backends::Reference>;
+using Storages = type_list<double, float, bf16, fp16>;
+inline constexpr std::array<Accumulate, 3> accumulate_policies = {Accumulate::fp64, Accumulate::fp32,
+                                                                   Accumulate::storage};
+
+// f(std::type_identity<T>{}) for each T of the list, in order.
+template <class... Ts, class F>
+constexpr void for_each_type(type_list<Ts...>, F&& f) {
+  (f(std::type_identity<Ts>{}), ...);
+}
+template <class F>
+constexpr void for_each_backend(F&& f) {
+  for_each_type(Backends{}, f);
+}
+template <class F>
+constexpr void for_each_storage(F&& f) {
+  for_each_type(Storages{}, f);
+}
+// f.template operator()<P>() for each accumulation policy P.
+template <class F>
+constexpr void for_each_accumulate(F&& f) {
+  f.template operator()<Accumulate::fp64>();
+  f.template operator()<Accumulate::fp32>();
+  f.template operator()<Accumulate::storage>();
+}
+
+// The unit roundoff backend B computes in for storage S and policy P: a
+// backend that declares `static constexpr bool exact = true` computes in 50
+// digits (about 2^-166) whatever the policy.
+template <class B, class S, Accumulate P>
+constexpr double accumulation_unit_roundoff() {
+  if constexpr (requires { B::exact; }) return 0x1p-166;
+  else return precision_traits<accumulate_t<S, P>>::unit_roundoff;
+}
+
+// --- Runtime selection by name (CLI, scripts) ---------------------------------
+
+std::vector<std::string_view> backend_names();
+std::vector<std::string_view> storage_names();
+// Throws Error for a name that is not registered, listing the known ones.
+Accumulate parse_accumulate(std::string_view name);
+
+// Optional hooks around the backend call only (after input conversion and
+// validation), e.g. to reset and read a heap high-water mark.
+struct CallObserver {
+  std::function<void()> before, after;
+};
+
+struct RunReport {
+  xt::xtensor<double, 4> out;
+  std::optional<xt::xtensor<double, 4>> weights;
+  std::optional<xt::xtensor<double, 3>> lse;
+  std::size_t workspace_bytes = 0;
+  double seconds = 0;  // wall time of the backend call alone
+  double u_acc = 0, u_store = 0;  // unit roundoff of accumulation and storage
+  Inputs<double> rounded_inputs;  // the inputs as the backend saw them (after rounding to storage)
+};
+
+// Rounds `in` to the storage type named `precision`, validates, runs backend
+// `backend` with policy `acc`, and widens the results to double (exactly).
+RunReport run_by_name(std::string_view backend, std::string_view precision, Accumulate acc,
+                      const Inputs<double>& in, const Options& opt, const CallObserver& obs = {});
+
+}  // namespace attn
+
+// Explicit instantiation of a backend's run/workspace_bytes for every storage
+// type and accumulation policy; one line at the end of each backend's .cpp.
+#define ATTN_INSTANTIATE_BACKEND_SP(B, S, P)                                      \
+  template ::attn::Result<S> B::run<S, P>(const ::attn::Inputs<S>&, const ::attn::Options&); \
+  template std::size_t B::workspace_bytes<S, P>(const ::attn::Shape&, const ::attn::Options&);
+#define ATTN_INSTANTIATE_BACKEND_S(B, S)                          \
+  ATTN_INSTANTIATE_BACKEND_SP(B, S, ::attn::Accumulate::fp64)     \
+  ATTN_INSTANTIATE_BACKEND_SP(B, S, ::attn::Accumulate::fp32)     \
+  ATTN_INSTANTIATE_BACKEND_SP(B, S, ::attn::Accumulate::storage)
+#define ATTN_INSTANTIATE_BACKEND(B)                \
+  ATTN_INSTANTIATE_BACKEND_S(B, double)            \
+  ATTN_INSTANTIATE_BACKEND_S(B, float)             \
+  ATTN_INSTANTIATE_BACKEND_S(B, ::attn::bf16)      \
+  ATTN_INSTANTIATE_BACKEND_S(B, ::attn::fp16)

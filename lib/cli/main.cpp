@@ -1,0 +1,331 @@
+// attn-lab: run any registered attention backend on real or random tensors,
+// list the registry, and demonstrate the suite on the worked examples.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "attn/alloc_counter.hpp"
+#include "attn/backends/reference.hpp"
+#include "attn/examples.hpp"
+#include "attn/metrics.hpp"
+#include "attn/npy.hpp"
+#include "attn/random.hpp"
+#include "attn/registry.hpp"
+#include "cli/args.hpp"
+
+namespace attn::cli {
+namespace {
+
+constexpr const char* kHelp = R"(attn-lab: scaled dot-product attention, O = softmax(Q K^T * scale + mask) V,
+computed by any registered backend, in any precision.
+
+usage:
+  attn-lab list              the registered backends, precisions and accumulation policies
+  attn-lab attend [options]  run one backend on .npy files or random tensors
+  attn-lab demo [--seed S]   the worked examples (EXAMPLES.md) and one random problem
+                             through every backend and precision, as a table
+  attn-lab --help
+
+attend, inputs (one of):
+  --q Q.npy --k K.npy --v V.npy  float64, float32 or float16, C order; shapes [n, d],
+                                 [heads, n, d] or [batch, heads, n, d], the same rank for all
+  --random B,H,NQ,NKV,DK,DV      iid N(0, 1) tensors of that shape
+    --seed S                     seed of --random (default 0)
+    --logit-scale X              multiplies Q, so scaled scores have std X (default 1)
+attend, what to compute:
+  --backend NAME                 see `attn-lab list` (default naive)
+  --precision P                  fp64|fp32|bf16|fp16 storage; inputs are rounded to it (default fp32)
+  --accumulate A                 fp64|fp32|storage (default fp64 for fp64 storage, else fp32)
+  --scale X                      score scale (default 1/sqrt(d_k))
+  --mask M                       none | causal | window:W | keypad:LENGTHS.npy (one valid key
+                                 count per batch) | bool:ALLOWED.npy ([n_q, n_kv], nonzero =
+                                 visible) | bias:BIAS.npy ([n_q, n_kv] added to the scaled
+                                 scores; -inf masks). Causal and window align bottom-right:
+                                 query i sees key j iff j <= i + n_kv - n_q.
+  --block-q N, --block-k N       block sizes of blocked/streaming backends (default: theirs)
+  --allow-nonfinite              accept Inf/NaN in Q, K, V instead of rejecting them
+attend, outputs:
+  --out O.npy                    the output, float64, same rank as the inputs
+  --weights W.npy                the attention weights [.., n_q, n_kv], float64
+  --lse L.npy                    the logsumexp of each row [.., n_q], float64 (-inf if masked)
+  --check                        compare with the 50-digit reference (about 10 us per score)
+                                 and its derived error bound; exit 1 if the bound is exceeded
+  --json                         print a one-line JSON summary instead of text
+  Files are written atomically (a temporary file renamed over the target).
+  max |row sum - 1| is reported when weights exist (--weights or --check).
+
+errors: bad input prints one line to stderr and exits 2.
+
+example:
+  attn-lab attend --random 1,2,300,517,64,48 --mask causal --precision fp16 --check --json
+)";
+
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+std::string json_string(std::string_view s) {
+  std::string r = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') r += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      r += buf;
+    } else {
+      r += c;
+    }
+  }
+  return r + "\"";
+}
+
+Shape parse_shape(const std::string& s) {
+  std::vector<std::size_t> dims;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, ',')) dims.push_back(Args::parse_count(part, "--random"));
+  if (dims.size() != 6) throw Error("--random wants B,H,NQ,NKV,DK,DV (6 numbers), got '" + s + "'");
+  return {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]};
+}
+
+Mask parse_mask(const std::string& m, std::size_t batch) {
+  const auto colon = m.find(':');
+  const std::string kind = m.substr(0, colon), arg = colon == std::string::npos ? "" : m.substr(colon + 1);
+  if (m == "none") return mask::None{};
+  if (m == "causal") return mask::Causal{};
+  if (kind == "window" && !arg.empty()) return mask::SlidingWindow{Args::parse_count(arg, "--mask window")};
+  if (kind == "keypad" && !arg.empty()) {
+    auto lengths = load_npy_1d(arg, "--mask keypad");
+    mask::KeyPadding kp;
+    for (double x : lengths) {
+      if (!(x >= 0) || x != std::floor(x)) throw Error("--mask keypad " + arg + ": lengths must be non-negative integers");
+      kp.valid_length.push_back(static_cast<std::size_t>(x));
+    }
+    if (kp.valid_length.size() != batch)
+      throw Error("--mask keypad " + arg + ": has " + std::to_string(kp.valid_length.size()) +
+                  " lengths, expected one per batch (" + std::to_string(batch) + ")");
+    return kp;
+  }
+  if (kind == "bool" && !arg.empty()) {
+    auto a = load_npy_2d(arg, "--mask bool");
+    mask::Boolean b{xt::xtensor<std::uint8_t, 2>::from_shape(a.shape())};
+    for (std::size_t i = 0; i < a.size(); ++i) b.allowed.data()[i] = a.data()[i] != 0;
+    return b;
+  }
+  if (kind == "bias" && !arg.empty()) return mask::AdditiveBias{load_npy_2d(arg, "--mask bias")};
+  throw Error("--mask '" + m + "' is not one of none, causal, window:W, keypad:FILE, bool:FILE, bias:FILE");
+}
+
+// Drops the leading unit dimensions the inputs did not have.
+template <std::size_t N>
+void save_with_rank(const std::string& path, const xt::xtensor<double, N>& t, std::size_t drop) {
+  auto shape = t.shape();
+  std::vector<std::size_t> kept(shape.begin() + static_cast<std::ptrdiff_t>(drop), shape.end());
+  if (drop == 0) return save_npy_atomic(path, t);
+  if constexpr (N >= 2) {
+    if (drop == 1) {
+      std::array<std::size_t, N - 1> s;
+      std::copy(kept.begin(), kept.end(), s.begin());
+      return save_npy_atomic(path, xt::xtensor<double, N - 1>(xt::adapt(t.data(), t.size(), xt::no_ownership(), s)));
+    }
+  }
+  if constexpr (N >= 3) {
+    if (drop == 2) {
+      std::array<std::size_t, N - 2> s;
+      std::copy(kept.begin(), kept.end(), s.begin());
+      return save_npy_atomic(path, xt::xtensor<double, N - 2>(xt::adapt(t.data(), t.size(), xt::no_ownership(), s)));
+    }
+  }
+}
+
+int attend(const std::vector<std::string>& argv) {
+  const Args args(argv,
+                  {"--q", "--k", "--v", "--random", "--seed", "--logit-scale", "--backend", "--precision",
+                   "--accumulate", "--scale", "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse"},
+                  {"--check", "--json", "--allow-nonfinite", "--help"});
+  if (args.flag("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  // Inputs.
+  Inputs<double> in;
+  std::size_t rank = 4;
+  const bool files = args.has("--q") || args.has("--k") || args.has("--v");
+  if (files && args.has("--random")) throw Error("give either --q/--k/--v or --random, not both");
+  if (files) {
+    std::size_t rk = 0, rv = 0;
+    for (const char* o : {"--q", "--k", "--v"})
+      if (!args.has(o)) throw Error(std::string(o) + " is missing (--q, --k and --v go together)");
+    in.q = load_npy(args.str("--q"), "--q", rank);
+    in.k = load_npy(args.str("--k"), "--k", rk);
+    in.v = load_npy(args.str("--v"), "--v", rv);
+    if (rk != rank || rv != rank) throw Error("--q, --k and --v must have the same number of dimensions");
+  } else if (args.has("--random")) {
+    in = random_inputs(parse_shape(args.str("--random")), args.count("--seed", 0), args.real("--logit-scale", 1.0));
+  } else {
+    throw Error("no inputs: give --q/--k/--v files or --random B,H,NQ,NKV,DK,DV");
+  }
+  const Shape shape = in.shape();
+
+  Options opt;
+  if (args.has("--scale")) opt.scale = args.real("--scale", 0);
+  opt.mask = parse_mask(args.str("--mask", "none"), shape.batch);
+  opt.block_q = args.count("--block-q", 0);
+  opt.block_k = args.count("--block-k", 0);
+  opt.allow_nonfinite = args.flag("--allow-nonfinite");
+  opt.need_weights = args.has("--weights") || args.flag("--check");
+  opt.need_lse = args.has("--lse") || args.flag("--check");
+
+  const std::string backend = args.str("--backend", "naive"), precision = args.str("--precision", "fp32");
+  const Accumulate acc = args.has("--accumulate") ? parse_accumulate(args.str("--accumulate"))
+                         : precision == "fp64"    ? Accumulate::fp64
+                                                  : Accumulate::fp32;
+  std::size_t peak = 0;
+  heap::Watch watch;
+  const RunReport r = run_by_name(backend, precision, acc, in, opt,
+                                  {[&] { watch = heap::Watch{}; }, [&] { peak = watch.peak_growth(); }});
+
+  const std::size_t drop = 4 - rank;
+  if (args.has("--out")) save_with_rank(args.str("--out"), r.out, drop);
+  if (args.has("--weights") && r.weights) save_with_rank(args.str("--weights"), *r.weights, drop);
+  if (args.has("--lse") && r.lse) save_with_rank(args.str("--lse"), *r.lse, drop);
+
+  const double row_sum = r.weights ? max_row_sum_error(*r.weights) : NAN;
+  bool within = true;
+  ErrorStats out_err, lse_err;
+  ErrorBound bound;
+  if (args.flag("--check")) {
+    const Result<double> ref = backends::reference_attention(r.rounded_inputs, opt);
+    out_err = compare(r.out, ref.out, r.u_store);
+    if (r.lse) lse_err = compare(*r.lse, *ref.lse, r.u_acc);
+    bound = error_bound(r.rounded_inputs, opt, r.u_acc, r.u_store);
+    within = out_err.max_abs <= bound.out && (!r.lse || lse_err.max_abs <= bound.lse);
+  }
+
+  if (args.flag("--json")) {
+    std::ostringstream j;
+    j << "{\"backend\":" << json_string(backend) << ",\"precision\":" << json_string(precision)
+      << ",\"accumulate\":" << json_string(accumulate_name(acc)) << ",\"shape\":{\"batch\":" << shape.batch
+      << ",\"heads\":" << shape.heads << ",\"n_q\":" << shape.n_q << ",\"n_kv\":" << shape.n_kv
+      << ",\"d_k\":" << shape.d_k << ",\"d_v\":" << shape.d_v << "},\"mask\":" << json_string(mask_name(opt.mask))
+      << ",\"scale\":" << json_number(opt.resolved_scale(shape)) << ",\"seconds\":" << json_number(r.seconds)
+      << ",\"peak_bytes\":" << peak << ",\"workspace_bytes\":" << r.workspace_bytes
+      << ",\"max_row_sum_error\":" << json_number(row_sum);
+    if (args.flag("--check"))
+      j << ",\"max_abs_error\":" << json_number(out_err.max_abs) << ",\"max_rel_error\":" << json_number(out_err.max_rel)
+        << ",\"max_ulps\":" << json_number(out_err.max_ulps) << ",\"error_bound\":" << json_number(bound.out)
+        << ",\"lse_max_abs_error\":" << json_number(lse_err.max_abs) << ",\"lse_error_bound\":" << json_number(bound.lse)
+        << ",\"within_bound\":" << (within ? "true" : "false");
+    j << "}";
+    std::cout << j.str() << "\n";
+  } else {
+    std::printf("%s %s (accumulate %s), %s, mask %s\n", backend.c_str(), precision.c_str(),
+                std::string(accumulate_name(acc)).c_str(), to_string(shape).c_str(), mask_name(opt.mask).c_str());
+    std::printf("  time %.6f s, peak heap %zu bytes, workspace %zu bytes\n", r.seconds, peak, r.workspace_bytes);
+    if (r.weights) std::printf("  max |row sum - 1| %.3g\n", row_sum);
+    if (args.flag("--check"))
+      std::printf("  max |O - reference| %.3g (%.3g ulps of %s), bound %.3g: %s\n", out_err.max_abs, out_err.max_ulps,
+                  precision.c_str(), bound.out, within ? "within" : "EXCEEDED");
+  }
+  if (!within) {
+    std::fprintf(stderr, "attn-lab: error against the reference exceeds the derived bound\n");
+    return 1;
+  }
+  return 0;
+}
+
+int list() {
+  std::printf("backends:\n");
+  for_each_backend([](auto b) {
+    using B = typename decltype(b)::type;
+    std::printf("  %-10s %s\n", std::string(B::name).c_str(), std::string(B::description).c_str());
+  });
+  std::printf("precisions:\n");
+  for_each_storage([](auto s) {
+    using S = typename decltype(s)::type;
+    std::printf("  %-10s unit roundoff %.3g, max %.5g\n", std::string(precision_traits<S>::name).c_str(),
+                precision_traits<S>::unit_roundoff, precision_traits<S>::max_finite);
+  });
+  std::printf("accumulation: fp64, fp32, storage\n");
+  return 0;
+}
+
+// Every worked example and one random problem through every backend and
+// precision at the default accumulation, against the 50-digit reference.
+int demo(const std::vector<std::string>& argv) {
+  const Args args(argv, {"--seed"}, {"--help"});
+  if (args.flag("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  const std::uint64_t seed = args.count("--seed", 0);
+  struct Problem {
+    std::string name;
+    Inputs<double> in;
+    Options opt;
+  };
+  std::vector<Problem> problems;
+  for (auto& e : worked_examples()) problems.push_back({e.id + " " + e.title, e.in, e.opt});
+  Options causal;
+  causal.mask = mask::Causal{};
+  const Shape rs{1, 2, 64, 80, 32, 24};
+  problems.push_back({"random " + to_string(rs) + " causal, seed " + std::to_string(seed),
+                      random_inputs(rs, seed, 1.0), causal});
+
+  std::printf("%-10s %-6s %-6s %12s %12s %12s %12s  %s\n", "backend", "prec", "accum", "seconds", "peak_bytes",
+              "max_abs_err", "bound", "problem");
+  bool all_within = true;
+  for (auto& p : problems) {
+    for (auto backend : backend_names()) {
+      for (auto precision : storage_names()) {
+        const Accumulate acc = precision == "fp64" ? Accumulate::fp64 : Accumulate::fp32;
+        std::size_t peak = 0;
+        heap::Watch watch;
+        const RunReport r = run_by_name(backend, precision, acc, p.in, p.opt,
+                                        {[&] { watch = heap::Watch{}; }, [&] { peak = watch.peak_growth(); }});
+        const Result<double> ref = backends::reference_attention(r.rounded_inputs, p.opt);
+        const double err = compare(r.out, ref.out, r.u_store).max_abs;
+        const double bound = error_bound(r.rounded_inputs, p.opt, r.u_acc, r.u_store).out;
+        all_within = all_within && err <= bound;
+        std::printf("%-10s %-6s %-6s %12.6f %12zu %12.3g %12.3g  %s\n", std::string(backend).c_str(),
+                    std::string(precision).c_str(), std::string(accumulate_name(acc)).c_str(), r.seconds, peak, err,
+                    bound, p.name.c_str());
+      }
+    }
+  }
+  std::printf("%s\n", all_within ? "every error is within its derived bound"
+                                 : "SOME ERROR EXCEEDS ITS DERIVED BOUND");
+  return all_within ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace attn::cli
+
+int main(int argc, char** argv) {
+  using namespace attn::cli;
+  std::vector<std::string> rest(argv + std::min(argc, 2), argv + argc);
+  const std::string command = argc > 1 ? argv[1] : "";
+  try {
+    if (command == "--help" || command == "-h" || command == "help") {
+      std::cout << kHelp;
+      return 0;
+    }
+    if (command == "list") return list();
+    if (command == "attend") return attend(rest);
+    if (command == "demo") return demo(rest);
+    throw attn::Error(command.empty() ? "no command given (attend, list, demo; see --help)"
+                                      : "unknown command '" + command + "' (attend, list, demo; see --help)");
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "attn-lab: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "attn-lab: out of memory (the problem is too large for this machine)\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-lab: %s\n", e.what());
+    return 2;
+  }
+}
