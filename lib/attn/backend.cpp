@@ -7,15 +7,6 @@
 
 namespace attn {
 
-// EXAMPLES.md E6: the cost of an explicit score matrix.
-static_assert(scores_per_head({1, 1, 1024, 1024, 64, 64}) == 1'048'576);
-static_assert(scores_per_head({1, 1, 2048, 2048, 64, 64}) == 4'194'304);
-static_assert(scores_per_head({1, 1, 2048, 2048, 64, 64}) == 4 * scores_per_head({1, 1, 1024, 1024, 64, 64}));
-static_assert(score_matrix_bytes<fp16>({1, 1, 1024, 1024, 64, 64}) == 2u << 20);  // 2 MiB
-static_assert(score_matrix_bytes<fp16>({1, 1, 2048, 2048, 64, 64}) == 8u << 20);  // 8 MiB
-static_assert(head_dim(768, 12) == 64 && 8 * 8 == head_dim(768, 12));           // sqrt(64) = 8
-static_assert(flops({1, 1, 1024, 1024, 64, 64}) == 4.0 * 1024 * 1024 * 64);
-
 std::size_t workspace_cap() {
   if (const char* env = std::getenv("ATTN_MEMORY_CAP")) {
     char* end = nullptr;

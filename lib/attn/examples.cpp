@@ -49,12 +49,12 @@ WorkedExample e1_tokens() {
     for (auto x : scores[i]) s.push_back(x / std::sqrt(2.0L));
     const auto p = softmax(s);
     for (std::size_t j = 0; j < 3; ++j)
-      e.figures.push_back({std::string("E1 weight ") + names[i] + "->" + names[j], true, false, i, j,
+      e.figures.push_back({std::string("E1 weight ") + names[i] + "->" + names[j], Quantity::weight, i, j,
                            static_cast<double>(p[j]), 0.0, p[j]});
     for (std::size_t c = 0; c < 2; ++c) {
       long double o = 0;
       for (std::size_t j = 0; j < 3; ++j) o += p[j] * v[j][c];
-      e.figures.push_back({std::string("E1 output ") + names[i] + "[" + std::to_string(c) + "]", false, false, i, c,
+      e.figures.push_back({std::string("E1 output ") + names[i] + "[" + std::to_string(c) + "]", Quantity::output, i, c,
                            static_cast<double>(o), 0.0, o});
     }
   }
@@ -72,10 +72,17 @@ WorkedExample e2_row_c() {
     if (f.i != 2) continue;
     Figure g = f;
     g.label = "E2 " + f.label.substr(3);
-    g.printed = f.is_weight ? printed_w[f.j] : printed_o[f.j];
+    g.printed = f.what == Quantity::weight ? printed_w[f.j] : printed_o[f.j];
     g.printed_tolerance = 5e-4;
     row_c.push_back(g);
   }
+  // The row's sum of exponentials, exp(lse): the notes print 14.481, the sum
+  // of exps of scores already rounded to 3 decimals (exact: 14.4835). Their
+  // tolerance follows: each exp(s +- 5e-4) is off by up to exp(s) 5e-4, each
+  // printed exp by 5e-4 more, and the sum by 5e-4: 14.481 * 5e-4 + 4 * 5e-4.
+  long double sum = 0;
+  for (long double x : {2.0L, 1.0L, 3.0L}) sum += std::exp(x / std::sqrt(2.0L));
+  row_c.push_back({"E2 sum of exp", Quantity::sum_exp, 2, 0, 14.481, 14.481 * 5e-4 + 4 * 5e-4, sum});
   e.figures = row_c;
   return e;
 }
@@ -98,9 +105,9 @@ WorkedExample e3_saturation(std::size_t d_k) {
   const long double p = 1 / (1 + std::exp(-logit));
   const bool sharp = d_k == 1;
   const std::string dk = " (d_k=" + std::to_string(d_k) + ")";
-  e.figures.push_back({"E3 p" + dk, true, false, 0, 0, sharp ? 0.9997 : 0.731, sharp ? 5e-5 : 5e-4, p});
-  e.figures.push_back({"E3 output = p" + dk, false, false, 0, 0, sharp ? 0.9997 : 0.731, sharp ? 5e-5 : 5e-4, p});
-  e.figures.push_back({"E3 slope p(1-p)" + dk, true, true, 0, 0, sharp ? 0.0003 : 0.197, sharp ? 5e-5 : 5e-4,
+  e.figures.push_back({"E3 p" + dk, Quantity::weight, 0, 0, sharp ? 0.9997 : 0.731, sharp ? 5e-5 : 5e-4, p});
+  e.figures.push_back({"E3 output = p" + dk, Quantity::output, 0, 0, sharp ? 0.9997 : 0.731, sharp ? 5e-5 : 5e-4, p});
+  e.figures.push_back({"E3 slope p(1-p)" + dk, Quantity::slope, 0, 0, sharp ? 0.0003 : 0.197, sharp ? 5e-5 : 5e-4,
                        p * (1 - p)});
   return e;
 }
@@ -111,9 +118,9 @@ WorkedExample e4_causal() {
   e.id = "E4";
   e.title = "causal mask on row B of E1";
   e.opt.mask = mask::Causal{};
-  e.figures = {{"E4 weight B->A", true, false, 1, 0, 0.5, 5e-4, 0.5L},
-               {"E4 weight B->B", true, false, 1, 1, 0.5, 5e-4, 0.5L},
-               {"E4 weight B->C (masked)", true, false, 1, 2, 0.0, 0.0, 0.0L}};
+  e.figures = {{"E4 weight B->A", Quantity::weight, 1, 0, 0.5, 5e-4, 0.5L},
+               {"E4 weight B->B", Quantity::weight, 1, 1, 0.5, 5e-4, 0.5L},
+               {"E4 weight B->C (masked)", Quantity::weight, 1, 2, 0.0, 0.0, 0.0L}};
   return e;
 }
 
@@ -128,7 +135,7 @@ WorkedExample e4_length4() {
     }
   WorkedExample e{"E4", "length-4 causal sequence, position 2", {q, k, v}, {}, {}};
   e.opt.mask = mask::Causal{};
-  e.figures = {{"E4 weight 2->3 (masked)", true, false, 2, 3, 0.0, 0.0, 0.0L}};
+  e.figures = {{"E4 weight 2->3 (masked)", Quantity::weight, 2, 3, 0.0, 0.0, 0.0L}};
   return e;
 }
 
@@ -142,14 +149,37 @@ WorkedExample e5_weighted_sum() {
   k(0, 0, 1, 0) = -1;
   v(0, 0, 0, 0) = 2, v(0, 0, 0, 1) = 0, v(0, 0, 1, 0) = 0, v(0, 0, 1, 1) = 4;
   WorkedExample e{"E5", "plain weighted sum", {q, k, v}, {}, {}};
-  e.figures = {{"E5 weight 0", true, false, 0, 0, 0.5, 5e-4, 0.5L},
-               {"E5 weight 1", true, false, 0, 1, 0.5, 5e-4, 0.5L},
-               {"E5 output 0", false, false, 0, 0, 1.0, 5e-4, 1.0L},
-               {"E5 output 1", false, false, 0, 1, 2.0, 5e-4, 2.0L}};
+  e.figures = {{"E5 weight 0", Quantity::weight, 0, 0, 0.5, 5e-4, 0.5L},
+               {"E5 weight 1", Quantity::weight, 0, 1, 0.5, 5e-4, 0.5L},
+               {"E5 output 0", Quantity::output, 0, 0, 1.0, 5e-4, 1.0L},
+               {"E5 output 1", Quantity::output, 0, 1, 2.0, 5e-4, 2.0L}};
   return e;
 }
 
 }  // namespace
+
+FigureReading read_figure(const Figure& f, const xt::xtensor<double, 4>& out, const xt::xtensor<double, 4>* weights,
+                          const xt::xtensor<double, 3>* lse, const ErrorBound& bound) {
+  switch (f.what) {
+    case Quantity::output:
+      return {true, out(0, 0, f.i, f.j), bound.out};
+    case Quantity::weight:
+      if (!weights) return {};
+      return {true, (*weights)(0, 0, f.i, f.j), bound.weights};
+    case Quantity::slope: {
+      if (!weights) return {};
+      // |d(p(1 - p))| <= |dp| (|1 - 2p| + |dp|) <= |dp| (1 + |dp|)
+      const double p = (*weights)(0, 0, f.i, f.j);
+      return {true, p * (1 - p), bound.weights * (1 + bound.weights)};
+    }
+    case Quantity::sum_exp: {
+      if (!lse) return {};
+      const double sum = std::exp((*lse)(0, 0, f.i));
+      return {true, sum, sum * (std::expm1(bound.lse) + 0x1p-52)};  // + the rounding of exp
+    }
+  }
+  return {};
+}
 
 std::vector<WorkedExample> worked_examples() {
   return {e1_tokens(), e2_row_c(), e3_saturation(1), e3_saturation(64),

@@ -7,15 +7,23 @@
 #include <string>
 #include <vector>
 
+#include "attn/metrics.hpp"
 #include "attn/problem.hpp"
 
 namespace attn {
 
+// What a figure reads from a result (at batch 0, head 0).
+enum class Quantity {
+  weight,   // weights[i, j]
+  output,   // out[i, j]
+  slope,    // p (1 - p) of p = weights[i, j]
+  sum_exp,  // exp(lse[i]): the row's sum of exponentials of the scaled scores
+};
+
 struct Figure {
-  std::string label;           // "E2 weight of A"
-  bool is_weight = false;      // a weight [b, h, i, j], else an output [b, h, i, c]
-  bool is_slope = false;       // the softmax slope p (1 - p) of that weight p
-  std::size_t i = 0, j = 0;    // row and column (b = h = 0)
+  std::string label;           // "E2 weight C->A"
+  Quantity what = Quantity::output;
+  std::size_t i = 0, j = 0;    // row and column
   double printed = 0;          // as printed in the notes
   double printed_tolerance = 0;  // half a unit of the last printed digit
   long double exact = 0;       // closed form
@@ -30,8 +38,16 @@ struct WorkedExample {
 
 std::vector<WorkedExample> worked_examples();
 
-// The value a figure reads from a weight or output x: x, or x (1 - x) for a
-// slope. Since |d(p(1-p))/dp| = |1 - 2p| <= 1, an error bound on x bounds it too.
-inline double figure_value(const Figure& f, double x) { return f.is_slope ? x * (1 - x) : x; }
+// A figure read off a result (batch 0, head 0), with the bound on its error
+// that follows from the result's ErrorBound; `available` is false when the
+// result lacks the weights or logsumexp the figure needs.
+struct FigureReading {
+  bool available = false;
+  double value = 0, bound = 0;
+};
+FigureReading read_figure(const Figure& f, const xt::xtensor<double, 4>& out,
+                          const xt::xtensor<double, 4>* weights, const xt::xtensor<double, 3>* lse,
+                          const ErrorBound& bound);
+
 
 }  // namespace attn

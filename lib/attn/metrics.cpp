@@ -81,9 +81,10 @@ ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_ac
   const double n = double(sh.n_kv);
   const double ds = gamma(double(sh.d_k) + 4, u_acc) * score_mag;
   ErrorBound bound;
-  bound.weights = std::min(1.0, std::expm1(2 * ds) + gamma(2 * n + 8, u_acc));
+  constexpr double u_double = 0x1p-53;  // weights and lse are returned in double
+  bound.weights = std::min(1.0, std::expm1(2 * ds) + gamma(2 * n + 8, u_acc) + u_double);
   bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + gamma(4 * n + 10, u_acc) + u_store));
-  bound.lse = 3 * ds + gamma(2 * n + 4, u_acc) + u_acc * (std::log(n) + max_lse);
+  bound.lse = 3 * ds + gamma(2 * n + 4, u_acc) + (u_acc + u_double) * (std::log(n) + max_lse);
   return bound;
 }
 

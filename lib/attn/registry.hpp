@@ -45,6 +45,18 @@ constexpr void for_each_accumulate(F&& f) {
   f.template operator()<Accumulate::storage>();
 }
 
+// f.template operator()<B, S, P>() for every backend, storage and policy.
+template <class F>
+constexpr void for_each_configuration(F&& f) {
+  for_each_backend([&](auto b) {
+    for_each_storage([&](auto s) {
+      for_each_accumulate([&]<Accumulate P>() {
+        f.template operator()<typename decltype(b)::type, typename decltype(s)::type, P>();
+      });
+    });
+  });
+}
+
 // The unit roundoff backend B computes in for storage S and policy P: a
 // backend that declares `static constexpr bool exact = true` computes in 50
 // digits (about 2^-166) whatever the policy.

@@ -1,0 +1,167 @@
+// Golden tests: the worked examples of EXAMPLES.md (E1-E6) through every
+// backend x precision x accumulation policy of the registry, and once end to
+// end through the attn-lab CLI with .npy files.
+//
+// Tolerance of a printed figure: half a unit of its last printed digit (the
+// notes round) plus the backend's derived error bound for that precision
+// (metrics.hpp). A weight whose exact value is 0 is masked: it must be 0.0.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <xtensor/xnpy.hpp>
+
+#include "attn/examples.hpp"
+#include "attn/metrics.hpp"
+#include "attn/npy.hpp"
+#include "attn/registry.hpp"
+
+namespace attn {
+namespace {
+
+// E6: the cost of an explicit score matrix, and the head split of d_model.
+static_assert(scores_per_head({1, 1, 1024, 1024, 64, 64}) == 1'048'576);
+static_assert(scores_per_head({1, 1, 2048, 2048, 64, 64}) == 4'194'304);
+static_assert(scores_per_head({1, 1, 2048, 2048, 64, 64}) == 4 * scores_per_head({1, 1, 1024, 1024, 64, 64}));
+static_assert(score_matrix_bytes<fp16>({1, 1, 1024, 1024, 64, 64}) == 2u << 20);  // 2 MiB
+static_assert(score_matrix_bytes<fp16>({1, 1, 2048, 2048, 64, 64}) == 8u << 20);  // 8 MiB
+static_assert(head_dim(768, 12) == 64);
+static_assert(flops({1, 1, 1024, 1024, 64, 64}) == 4.0 * 1024 * 1024 * 64);
+
+TEST(Golden, E6ScaleOfA64DimensionalHeadIsOneEighth) {
+  Options opt;
+  EXPECT_EQ(opt.resolved_scale({1, 12, 8, 8, head_dim(768, 12), 64}), 1.0 / 8.0);
+}
+
+TEST(Golden, E1ProjectionsMatchTheNotes) {
+  const WorkedExample e1 = worked_examples().front();
+  const double q[3][2] = {{1, 0}, {0, 1}, {1, 1}}, k[3][2] = {{1, 1}, {0, 1}, {1, 2}},
+               v[3][2] = {{1, 0}, {1, 2}, {2, 2}};
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t c = 0; c < 2; ++c) {
+      EXPECT_EQ(e1.in.q(0, 0, i, c), q[i][c]);
+      EXPECT_EQ(e1.in.k(0, 0, i, c), k[i][c]);
+      EXPECT_EQ(e1.in.v(0, 0, i, c), v[i][c]);
+    }
+}
+
+TEST(Golden, WorkedExamplesThroughEveryBackendAndPrecision) {
+  std::size_t checked = 0;
+  for (const WorkedExample& e : worked_examples()) {
+    for_each_configuration([&]<class B, class S, Accumulate P>() {
+      SCOPED_TRACE(e.id + " " + e.title + " / " + std::string(B::name) + " " +
+                   std::string(precision_traits<S>::name) + " accumulate " + std::string(accumulate_name(P)));
+      Options opt = e.opt;
+      opt.need_weights = opt.need_lse = true;
+      const Inputs<S> in = convert_inputs<S>(e.in);
+      const Inputs<double> seen = convert_inputs<double>(in);
+      // Every example's inputs are exact in every format, so the figures apply unchanged.
+      ASSERT_TRUE(seen.q == e.in.q && seen.k == e.in.k && seen.v == e.in.v);
+      const Result<S> r = run_checked<B, S, P>(in, opt);
+      const ErrorBound bound = error_bound(e.in, opt, accumulation_unit_roundoff<B, S, P>(),
+                                           precision_traits<S>::unit_roundoff);
+      const auto out = convert_tensor<double>(r.out);
+      for (const Figure& f : e.figures) {
+        const FigureReading got = read_figure(f, out, r.weights ? &*r.weights : nullptr, r.lse ? &*r.lse : nullptr, bound);
+        ASSERT_TRUE(got.available) << f.label << ": the backend returned no weights/logsumexp";
+        if (f.what == Quantity::weight && f.exact == 0) {
+          EXPECT_EQ(got.value, 0.0) << f.label << ": a masked weight must be exactly 0";
+        } else {
+          EXPECT_LE(std::fabs(got.value - f.printed), f.printed_tolerance + got.bound)
+              << f.label << ": got " << got.value << ", notes print " << f.printed;
+        }
+        if constexpr (requires { B::exact; } && std::is_same_v<S, double>) {
+          // The 50-digit reference, rounded once to double, matches the closed form
+          // to within a few units of double rounding: relative to the value, or
+          // for a slope p (1 - p) relative to p (1 - p is formed in double).
+          const double exact = static_cast<double>(f.exact);
+          const double scale = f.what == Quantity::slope ? 1.0 : std::fabs(exact);
+          EXPECT_LE(std::fabs(got.value - exact), 4 * 0x1p-53 * scale) << f.label;
+        }
+        ++checked;
+      }
+    });
+  }
+  std::printf("checked %zu figures\n", checked);
+  EXPECT_GT(checked, 0u);
+}
+
+// --- End to end through the CLI ------------------------------------------------
+
+struct Cli {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("attn-golden-" + std::to_string(::getpid()));
+  Cli() { std::filesystem::create_directories(dir); }
+  ~Cli() { std::filesystem::remove_all(dir); }
+  std::string path(const std::string& name) const { return (dir / name).string(); }
+
+  // Runs attn-lab with `args`; returns its exit code, stdout and stderr.
+  int run(const std::string& args, std::string* out = nullptr, std::string* err = nullptr) const {
+    const char* exe = std::getenv("ATTN_LAB");
+    if (!exe) throw std::runtime_error("ATTN_LAB is not set (meson test sets it to the attn-lab binary)");
+    const std::string cmd = std::string(exe) + " " + args + " >" + path("stdout") + " 2>" + path("stderr");
+    const int status = std::system(cmd.c_str());
+    auto slurp = [](const std::string& p) {
+      std::ifstream f(p);
+      return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    if (out) *out = slurp(path("stdout"));
+    if (err) *err = slurp(path("stderr"));
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+};
+
+TEST(GoldenCli, E2EndToEndWithNpyFiles) {
+  Cli cli;
+  const WorkedExample e2 = worked_examples()[1];
+  ASSERT_EQ(e2.id, "E2");
+  // The notes' tensors as [n, d] float32 files, as a user would dump them.
+  xt::dump_npy(cli.path("q.npy"), xt::xtensor<float, 2>(xt::view(xt::cast<float>(e2.in.q), 0, 0)));
+  xt::dump_npy(cli.path("k.npy"), xt::xtensor<float, 2>(xt::view(xt::cast<float>(e2.in.k), 0, 0)));
+  xt::dump_npy(cli.path("v.npy"), xt::xtensor<float, 2>(xt::view(xt::cast<float>(e2.in.v), 0, 0)));
+  for (auto backend : backend_names()) {
+    SCOPED_TRACE(std::string(backend));
+    std::string out, err;
+    const int code = cli.run("attend --q " + cli.path("q.npy") + " --k " + cli.path("k.npy") + " --v " +
+                                 cli.path("v.npy") + " --backend " + std::string(backend) +
+                                 " --precision fp64 --out " + cli.path("o.npy") + " --weights " +
+                                 cli.path("w.npy") + " --lse " + cli.path("l.npy") + " --check --json",
+                             &out, &err);
+    ASSERT_EQ(code, 0) << err;
+    EXPECT_NE(out.find("\"within_bound\":true"), std::string::npos) << out;
+    auto o = load_npy_2d(cli.path("o.npy"), "o");
+    auto w = load_npy_2d(cli.path("w.npy"), "w");
+    ASSERT_EQ(o.shape(0), 3u);
+    ASSERT_EQ(w.shape(1), 3u);
+    for (const Figure& f : e2.figures) {
+      if (f.what == Quantity::sum_exp) continue;
+      const double x = f.what == Quantity::weight ? w(f.i, f.j) : o(f.i, f.j);
+      EXPECT_NEAR(x, f.printed, f.printed_tolerance) << f.label;
+    }
+  }
+}
+
+TEST(GoldenCli, BadInputIsOneLineAndExitCodeTwo) {
+  Cli cli;
+  const std::pair<std::string, std::string> cases[] = {
+      {"attend --q " + cli.path("missing.npy") + " --k x --v y", "cannot open"},
+      {"attend --random 1,1,4,4,8", "6 numbers"},
+      {"attend --random 1,1,4,4,8,8 --backend nosuch", "unknown backend 'nosuch'"},
+      {"attend --random 1,1,4,0,8,8", "zero-sized dimension"},
+      {"attend --random 1,1,4,4,8,8 --mask window:0", "window must be >= 1"},
+      {"attend --random 1,1,4,4,8,8 --precision fp8", "unknown precision 'fp8'"},
+      {"attend --random 1,1,4,4,8,8 --frobnicate", "unknown option '--frobnicate'"},
+      {"frobnicate", "unknown command"},
+  };
+  for (const auto& [args, message] : cases) {
+    std::string out, err;
+    EXPECT_EQ(cli.run(args, &out, &err), 2) << args;
+    EXPECT_NE(err.find(message), std::string::npos) << args << " -> " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << args << " -> " << err;
+  }
+}
+
+}  // namespace
+}  // namespace attn

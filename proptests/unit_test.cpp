@@ -1,0 +1,313 @@
+// Unit tests of the contract: the bf16 conversion over all 65,536 bit
+// patterns, per-operation rounding of the storage types, validation errors,
+// mask semantics (causal bottom-right alignment, window, key padding, fully
+// masked rows), the workspace cap and the .npy reader's errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <xtensor/xnpy.hpp>
+
+#include "attn/npy.hpp"
+#include "attn/random.hpp"
+#include "attn/registry.hpp"
+
+namespace attn {
+namespace {
+
+// --- bf16 --------------------------------------------------------------------
+
+float bits_to_float(std::uint16_t b) { return std::bit_cast<float>(std::uint32_t(b) << 16); }
+bool is_nan_bits(std::uint16_t b) { return (b & 0x7fffu) > 0x7f80u; }
+
+TEST(Bf16, EveryBitPatternRoundTripsExactly) {
+  for (std::uint32_t b = 0; b <= 0xffffu; ++b) {
+    const float f = bits_to_float(std::uint16_t(b));
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(float(bf16::from_bits(std::uint16_t(b)))), b << 16) << std::hex << b;
+    if (is_nan_bits(std::uint16_t(b))) {
+      EXPECT_TRUE(is_nan_bits(bf16(f).bits)) << std::hex << b;
+      EXPECT_TRUE(is_nan_bits(bf16(double(f)).bits)) << std::hex << b;
+    } else {
+      EXPECT_EQ(bf16(f).bits, b) << std::hex << b;
+      EXPECT_EQ(bf16(double(f)).bits, b) << std::hex << b;
+    }
+  }
+}
+
+// The rule, stated independently of the implementation: a value strictly
+// between two neighbours rounds to the nearer; the midpoint to the one with
+// an even last bit. Checked between every pair of neighbouring finite
+// patterns (and from the largest finite value towards infinity), from float
+// and from double, where double inputs just off the midpoint catch a
+// double-rounding conversion.
+TEST(Bf16, EveryMidpointRoundsToNearestEven) {
+  std::size_t pairs = 0;
+  for (std::uint32_t lo = 0; lo < 0x7f80u; ++lo) {
+    for (std::uint16_t sign : {std::uint16_t(0), std::uint16_t(0x8000)}) {
+      const std::uint16_t a = std::uint16_t(lo | sign), b = std::uint16_t((lo + 1) | sign);
+      const double x = bits_to_float(a), y = bits_to_float(b);  // y = +-inf for the last pair
+      const double mid = std::isinf(y) ? x + (x - bits_to_float(std::uint16_t(a - 1))) / 2 : (x + y) / 2;
+      const std::uint16_t even = (a & 1u) ? b : a;
+      EXPECT_EQ(bf16(float(mid)).bits, even) << std::hex << a;
+      EXPECT_EQ(bf16(mid).bits, even) << std::hex << a;
+      const double towards_a = std::nextafter(mid, x), towards_b = std::nextafter(mid, 2 * mid - x);
+      EXPECT_EQ(bf16(towards_a).bits, a) << std::hex << a;
+      EXPECT_EQ(bf16(towards_b).bits, b) << std::hex << a;
+      EXPECT_EQ(bf16(std::nextafter(float(mid), float(x))).bits, a) << std::hex << a;
+      EXPECT_EQ(bf16(std::nextafter(float(mid), float(2 * mid - x))).bits, b) << std::hex << a;
+      ++pairs;
+    }
+  }
+  EXPECT_EQ(pairs, 2u * 0x7f80u);
+}
+
+TEST(Bf16, ArithmeticRoundsEveryOperation) {
+  // 256 + 1 = 257 lies halfway between bf16 neighbours 256 and 258: ties to even.
+  EXPECT_EQ(float(bf16(256.0f) + bf16(1.0f)), 256.0f);
+  EXPECT_EQ(float(bf16(256.0f) + bf16(3.0f)), 260.0f);  // 259 -> 260 (even)
+  EXPECT_EQ(float(bf16(1.0f) / bf16(3.0f)), float(bf16(1.0 / 3.0)));
+}
+
+TEST(Fp16, ArithmeticRoundsEveryOperation) {
+  volatile float big = 2048, one = 1;  // volatile: no constant folding in wider precision
+  const fp16 a = fp16(big), b = fp16(one);
+  EXPECT_EQ(double((a + b) - a), 0.0);  // 2049 is a tie between 2048 and 2050: to even
+  fp16 s = 0;
+  for (int i = 0; i < 5000; ++i) s += b;
+  EXPECT_EQ(double(s), 2048.0);  // the running sum stalls where the spacing reaches 2
+}
+
+// --- Validation ------------------------------------------------------------------
+
+Inputs<double> small(std::size_t n_q = 3, std::size_t n_kv = 4, std::size_t d_k = 5, std::size_t d_v = 2) {
+  return random_inputs({2, 2, n_q, n_kv, d_k, d_v}, /*seed=*/7);
+}
+
+void expect_error(const Inputs<double>& in, const Options& opt, const std::string& fragment) {
+  try {
+    validate(in, opt);
+    ADD_FAILURE() << "no error; expected one containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Validate, AcceptsAWellFormedProblemWithEveryMask) {
+  Inputs<double> in = small();
+  Options opt;
+  EXPECT_NO_THROW(validate(in, opt));
+  opt.mask = mask::Causal{};
+  EXPECT_NO_THROW(validate(in, opt));
+  opt.mask = mask::SlidingWindow{2};
+  EXPECT_NO_THROW(validate(in, opt));
+  opt.mask = mask::KeyPadding{{4, 0}};
+  EXPECT_NO_THROW(validate(in, opt));
+  opt.mask = mask::Boolean{xt::xtensor<std::uint8_t, 2>::from_shape({3, 4})};
+  EXPECT_NO_THROW(validate(in, opt));
+  auto bias = xt::xtensor<double, 2>::from_shape({3, 4});
+  bias.fill(-std::numeric_limits<double>::infinity());
+  opt.mask = mask::AdditiveBias{bias};
+  EXPECT_NO_THROW(validate(in, opt));
+}
+
+TEST(Validate, NamesTheOffendingTensorAndDimension) {
+  Options opt;
+  {
+    Inputs<double> in = small();
+    in.k = random_inputs({2, 2, 4, 6, 6, 2}, 1).k;  // d_k 6 vs 5
+    expect_error(in, opt, "K d_k");
+  }
+  {
+    Inputs<double> in = small();
+    in.v = random_inputs({2, 2, 3, 5, 5, 2}, 1).v;  // n_kv 5 vs 4
+    expect_error(in, opt, "V n_kv");
+  }
+  {
+    Inputs<double> in = small();
+    in.k = random_inputs({1, 2, 3, 4, 5, 2}, 1).k;  // batch 1 vs 2
+    expect_error(in, opt, "K batch");
+  }
+  {
+    Inputs<double> in = small();
+    in.v = random_inputs({2, 3, 3, 4, 5, 2}, 1).v;  // heads 3 vs 2
+    expect_error(in, opt, "V heads");
+  }
+  expect_error(small(0), opt, "Q has a zero-sized dimension n");
+  expect_error(small(3, 4, 0), opt, "Q has a zero-sized dimension d");
+  expect_error(small(3, 4, 5, 0), opt, "V has a zero-sized dimension d");
+  {
+    Inputs<double> in = small();
+    in.q(1, 0, 2, 3) = std::nan("");
+    expect_error(in, opt, "Q holds a non-finite value nan at [1, 0, 2, 3]");
+    Options allow;
+    allow.allow_nonfinite = true;
+    EXPECT_NO_THROW(validate(in, allow));
+  }
+  {
+    Inputs<double> in = small();
+    in.v(0, 1, 0, 1) = std::numeric_limits<double>::infinity();
+    expect_error(in, opt, "V holds a non-finite value inf at [0, 1, 0, 1]");
+  }
+  Options m;
+  m.mask = mask::Boolean{xt::xtensor<std::uint8_t, 2>::from_shape({4, 4})};
+  expect_error(small(), m, "bool mask rows");
+  m.mask = mask::AdditiveBias{xt::zeros<double>({3, 5})};
+  expect_error(small(), m, "bias mask columns");
+  auto bias = xt::xtensor<double, 2>(xt::zeros<double>({3, 4}));
+  bias(1, 2) = std::numeric_limits<double>::infinity();
+  m.mask = mask::AdditiveBias{bias};
+  expect_error(small(), m, "bias mask holds inf at [1, 2]");
+  m.mask = mask::KeyPadding{{4}};
+  expect_error(small(), m, "keypad mask length");
+  m.mask = mask::KeyPadding{{4, 5}};
+  expect_error(small(), m, "exceeds n_kv = 4");
+  m.mask = mask::SlidingWindow{0};
+  expect_error(small(), m, "window must be >= 1");
+  Options s;
+  s.scale = std::numeric_limits<double>::infinity();
+  expect_error(small(), s, "scale");
+}
+
+// --- Mask semantics ------------------------------------------------------------------
+
+std::vector<std::pair<std::size_t, std::size_t>> ranges(const Mask& m, const Shape& s, std::size_t b = 0) {
+  MaskView view(m, s);
+  std::vector<std::pair<std::size_t, std::size_t>> r;
+  for (std::size_t i = 0; i < s.n_q; ++i) r.emplace_back(view.keys(b, i).begin, view.keys(b, i).size());
+  return r;
+}
+using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;  // (first key, count) per query
+
+TEST(Mask, CausalAlignsBottomRight) {
+  // n_q = 2 queries over n_kv = 5 keys: the last query sees every key.
+  EXPECT_EQ(ranges(mask::Causal{}, {1, 1, 2, 5, 1, 1}), (Ranges{{0, 4}, {0, 5}}));
+  // n_q = 5 over n_kv = 2: the first three queries see nothing (fully masked).
+  EXPECT_EQ(ranges(mask::Causal{}, {1, 1, 5, 2, 1, 1}), (Ranges{{0, 0}, {0, 0}, {0, 0}, {0, 1}, {0, 2}}));
+  EXPECT_EQ(ranges(mask::Causal{}, {1, 1, 3, 3, 1, 1}), (Ranges{{0, 1}, {0, 2}, {0, 3}}));
+}
+
+TEST(Mask, SlidingWindowSeesTheLastWKeys) {
+  EXPECT_EQ(ranges(mask::SlidingWindow{2}, {1, 1, 4, 4, 1, 1}), (Ranges{{0, 1}, {0, 2}, {1, 2}, {2, 2}}));
+  EXPECT_EQ(ranges(mask::SlidingWindow{1}, {1, 1, 2, 4, 1, 1}), (Ranges{{2, 1}, {3, 1}}));
+  EXPECT_EQ(ranges(mask::SlidingWindow{9}, {1, 1, 3, 2, 1, 1}), (Ranges{{0, 0}, {0, 1}, {0, 2}}));
+}
+
+TEST(Mask, KeyPaddingIsPerBatch) {
+  const mask::KeyPadding kp{{3, 0}};
+  EXPECT_EQ(ranges(kp, {2, 1, 2, 4, 1, 1}, 0), (Ranges{{0, 3}, {0, 3}}));
+  EXPECT_EQ(ranges(kp, {2, 1, 2, 4, 1, 1}, 1), (Ranges{{0, 0}, {0, 0}}));
+}
+
+// Every backend, precision and policy: fully masked rows (by causal
+// alignment, key padding, a boolean row, a -inf bias row) give output 0,
+// weights 0 and logsumexp -inf; visible rows are untouched by it.
+TEST(Mask, FullyMaskedRowsGiveZeroAndMinusInfinityEverywhere) {
+  const Shape s{2, 1, 5, 3, 4, 2};
+  const Inputs<double> in = random_inputs(s, /*seed=*/11);
+  std::vector<std::pair<Mask, std::vector<std::pair<std::size_t, std::size_t>>>> cases;  // mask, masked (b, i)
+  cases.push_back({mask::Causal{}, {{0, 0}, {0, 1}, {1, 0}, {1, 1}}});
+  cases.push_back({mask::KeyPadding{{3, 0}}, {{1, 0}, {1, 1}, {1, 2}, {1, 3}, {1, 4}}});
+  auto allowed = xt::xtensor<std::uint8_t, 2>::from_shape({5, 3});
+  allowed.fill(1);
+  for (std::size_t j = 0; j < 3; ++j) allowed(3, j) = 0;
+  cases.push_back({mask::Boolean{allowed}, {{0, 3}, {1, 3}}});
+  auto bias = xt::xtensor<double, 2>(xt::zeros<double>({5, 3}));
+  for (std::size_t j = 0; j < 3; ++j) bias(4, j) = -std::numeric_limits<double>::infinity();
+  cases.push_back({mask::AdditiveBias{bias}, {{0, 4}, {1, 4}}});
+
+  for (auto& [m, masked] : cases) {
+    for_each_configuration([&]<class B, class S, Accumulate P>() {
+      SCOPED_TRACE(mask_name(m) + " / " + std::string(B::name) + " " + std::string(precision_traits<S>::name) +
+                   " " + std::string(accumulate_name(P)));
+      Options opt;
+      opt.mask = m;
+      opt.need_weights = opt.need_lse = true;
+      const Result<S> r = run_checked<B, S, P>(convert_inputs<S>(in), opt);
+      for (std::size_t b = 0; b < s.batch; ++b)
+        for (std::size_t i = 0; i < s.n_q; ++i) {
+          const bool is_masked = std::find(masked.begin(), masked.end(), std::pair{b, i}) != masked.end();
+          double row_sum = 0;
+          for (std::size_t j = 0; j < s.n_kv; ++j) row_sum += (*r.weights)(b, 0, i, j);
+          if (is_masked) {
+            EXPECT_EQ(row_sum, 0.0) << b << "," << i;
+            EXPECT_EQ((*r.lse)(b, 0, i), -std::numeric_limits<double>::infinity()) << b << "," << i;
+            for (std::size_t c = 0; c < s.d_v; ++c) EXPECT_EQ(double(r.out(b, 0, i, c)), 0.0);
+          } else {
+            EXPECT_TRUE(std::isfinite((*r.lse)(b, 0, i))) << b << "," << i;
+            EXPECT_GT(row_sum, 0.5) << b << "," << i;
+          }
+        }
+    });
+  }
+}
+
+// --- Workspace cap ---------------------------------------------------------------
+
+TEST(Workspace, AScoreMatrixOverTheCapIsAClearError) {
+  ::setenv("ATTN_MEMORY_CAP", "4096", 1);
+  Options opt;
+  try {
+    (void)run_checked<backends::Naive, float, Accumulate::fp32>(convert_inputs<float>(random_inputs({1, 1, 64, 64, 1, 1}, 3)), opt);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("naive needs"), std::string::npos) << e.what();
+  }
+  ::setenv("ATTN_MEMORY_CAP", "lots", 1);
+  EXPECT_THROW(workspace_cap(), Error);
+  ::unsetenv("ATTN_MEMORY_CAP");
+}
+
+// --- .npy reader ---------------------------------------------------------------------
+
+struct TempDir {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("attn-unit-" + std::to_string(::getpid()));
+  TempDir() { std::filesystem::create_directories(dir); }
+  ~TempDir() { std::filesystem::remove_all(dir); }
+  std::string file(const std::string& name, const std::string& bytes) const {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+    return (dir / name).string();
+  }
+};
+
+void expect_npy_error(const std::string& path, const std::string& fragment) {
+  std::size_t rank = 0;
+  try {
+    (void)load_npy(path, "--q", rank);
+    ADD_FAILURE() << "no error for " << path;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(Npy, ReadsEveryFloatWidthAndRejectsMalformedFiles) {
+  TempDir t;
+  xt::xtensor<float, 2> f = {{1.5f, -2.0f}, {0.25f, 3.0f}};
+  std::size_t rank = 0;
+  const auto loaded = load_npy(t.file("f4.npy", xt::dump_npy(f)), "--q", rank);
+  EXPECT_EQ(rank, 2u);
+  EXPECT_EQ(loaded(0, 0, 1, 0), 0.25);
+  const std::string good = xt::dump_npy(f);
+  expect_npy_error(t.file("trunc.npy", good.substr(0, good.size() - 3)), "data bytes");
+  expect_npy_error(t.file("magic.npy", "PK\x03\x04 not numpy at all"), "not a valid .npy");
+  expect_npy_error(t.file("empty.npy", ""), "not a valid .npy");
+  expect_npy_error(t.file("c8.npy", xt::dump_npy(xt::xtensor<std::complex<float>, 1>{{1.0f, 2.0f}})), "dtype");
+  expect_npy_error(t.file("r1.npy", xt::dump_npy(xt::xtensor<double, 1>{1.0, 2.0})), "expected [n, d]");
+  expect_npy_error((t.dir / "absent.npy").string(), "cannot open");
+}
+
+TEST(Npy, WritesAtomicallyOverAnExistingFile) {
+  TempDir t;
+  const std::string path = t.file("out.npy", "old contents");
+  save_npy_atomic(path, xt::xtensor<double, 1>{1.0, 2.0});
+  EXPECT_EQ(load_npy_1d(path, "out")(1), 2.0);
+  std::size_t files = 0;
+  for (auto& entry : std::filesystem::directory_iterator(t.dir)) files += entry.is_regular_file();
+  EXPECT_EQ(files, 1u) << "no temporary file is left behind";
+  EXPECT_THROW(save_npy_atomic((t.dir / "no-such-dir" / "x.npy").string(), xt::xtensor<double, 1>{1.0}), Error);
+  EXPECT_EQ(load_npy_1d(path, "out")(0), 1.0) << "a failed write leaves the old file";
+}
+
+}  // namespace
+}  // namespace attn

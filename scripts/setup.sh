@@ -1,0 +1,31 @@
+# Sourced by scripts/test and scripts/run: installs what is missing on a
+# fresh Debian 12 machine, then configures and builds (incrementally).
+set -euo pipefail
+
+ATTN_PACKAGES=(meson ninja-build pkg-config cmake g++ ccache
+  libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
+  librapidcheck-dev libgtest-dev libbenchmark-dev libboost-dev python3-matplotlib)
+
+attn_install_missing() {
+  local missing=()
+  for p in "${ATTN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Configures build/ once (release, -march=native), then builds what changed.
+attn_build() {
+  if [ ! -f build/build.ninja ]; then
+    meson setup build --buildtype=release
+  fi
+  meson compile -C build
+}
+
+attn_install_missing
+attn_build
