@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "attn/problem.hpp"
+#include "attn/workspace.hpp"
 
 namespace attn {
 
@@ -21,22 +22,28 @@ struct Result {
 };
 
 // A backend is a type with a name, a one-line description, and
-//   run<S, P>(inputs, options)       -> Result<S>, for every storage S and policy P
-//   workspace_bytes<S, P>(shape, o)  -> the scratch bytes run() allocates
-// run() requires validate(inputs, options) to have passed (run_checked does both).
+//   run<S, P>(inputs, options, workspace) -> Result<S>, for every storage S and policy P
+//   workspace_bytes<S, P>(shape, options) -> the scratch bytes run() takes from the workspace
+// run() requires validate(inputs, options) to have passed (run_checked does both),
+// and allocates nothing in its loops: its scratch comes from the workspace.
 template <class B>
-concept AttentionBackend = requires(const Inputs<float>& in, const Options& o, const Shape& s) {
+concept AttentionBackend = requires(const Inputs<float>& in, const Options& o, const Shape& s, Workspace& ws) {
   { B::name } -> std::convertible_to<std::string_view>;
   { B::description } -> std::convertible_to<std::string_view>;
-  { B::template run<float, Accumulate::fp32>(in, o) } -> std::same_as<Result<float>>;
+  { B::template run<float, Accumulate::fp32>(in, o, ws) } -> std::same_as<Result<float>>;
   { B::template workspace_bytes<float, Accumulate::fp32>(s, o) } -> std::same_as<std::size_t>;
 };
 
 // validate() and then run(): the entry point for callers outside the library.
 template <AttentionBackend B, class S, Accumulate P>
-Result<S> run_checked(const Inputs<S>& in, const Options& o) {
+Result<S> run_checked(const Inputs<S>& in, const Options& o, Workspace& ws) {
   validate(in, o);
-  return B::template run<S, P>(in, o);
+  return B::template run<S, P>(in, o, ws);
+}
+template <AttentionBackend B, class S, Accumulate P>
+Result<S> run_checked(const Inputs<S>& in, const Options& o) {
+  Workspace ws;
+  return run_checked<B, S, P>(in, o, ws);
 }
 
 // --- Workspace --------------------------------------------------------------

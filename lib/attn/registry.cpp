@@ -54,7 +54,8 @@ RunReport run_by_name(std::string_view backend, std::string_view precision, Accu
         if (P != acc) return;
         if (obs.before) obs.before();
         const auto t0 = std::chrono::steady_clock::now();
-        Result<S> r = B::template run<S, P>(rounded, opt);
+        Workspace ws;  // a cold call: the workspace's allocation is part of it
+        Result<S> r = B::template run<S, P>(rounded, opt, ws);
         const auto t1 = std::chrono::steady_clock::now();
         if (obs.after) obs.after();
         report.seconds = std::chrono::duration<double>(t1 - t0).count();

@@ -11,15 +11,19 @@
 #include <vector>
 
 #include "attn/backend.hpp"
+#include "attn/backends/blocked.hpp"
+#include "attn/backends/math.hpp"
 #include "attn/backends/naive.hpp"
 #include "attn/backends/reference.hpp"
+#include "attn/backends/streaming.hpp"
 
 namespace attn {
 
 template <class... Ts>
 struct type_list {};
 
-using Backends = type_list<backends::Naive, backends::Reference>;
+using Backends = type_list<backends::Naive, backends::Math, backends::Blocked, backends::Streaming,
+                           backends::Reference>;
 using Storages = type_list<double, float, bf16, fp16>;
 inline constexpr std::array<Accumulate, 3> accumulate_policies = {Accumulate::fp64, Accumulate::fp32,
                                                                    Accumulate::storage};
@@ -99,7 +103,7 @@ RunReport run_by_name(std::string_view backend, std::string_view precision, Accu
 // Explicit instantiation of a backend's run/workspace_bytes for every storage
 // type and accumulation policy; one line at the end of each backend's .cpp.
 #define ATTN_INSTANTIATE_BACKEND_SP(B, S, P)                                      \
-  template ::attn::Result<S> B::run<S, P>(const ::attn::Inputs<S>&, const ::attn::Options&); \
+  template ::attn::Result<S> B::run<S, P>(const ::attn::Inputs<S>&, const ::attn::Options&, ::attn::Workspace&); \
   template std::size_t B::workspace_bytes<S, P>(const ::attn::Shape&, const ::attn::Options&);
 #define ATTN_INSTANTIATE_BACKEND_S(B, S)                          \
   ATTN_INSTANTIATE_BACKEND_SP(B, S, ::attn::Accumulate::fp64)     \

@@ -6,8 +6,8 @@
 namespace attn::backends {
 
 template <class S, Accumulate P>
-Result<S> Naive::run(const Inputs<S>& in, const Options& opt) {
-  return detail::naive_attention<S, accumulate_t<S, P>>(in, opt, name);
+Result<S> Naive::run(const Inputs<S>& in, const Options& opt, Workspace& ws) {
+  return detail::naive_attention<S, accumulate_t<S, P>>(in, opt, ws, name);
 }
 
 template <class S, Accumulate P>

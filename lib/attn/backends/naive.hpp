@@ -13,7 +13,7 @@ struct Naive {
       "full score matrix in loops, max-shifted softmax per row";
 
   template <class S, Accumulate P>
-  static Result<S> run(const Inputs<S>& in, const Options& opt);
+  static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
 };

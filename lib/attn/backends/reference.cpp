@@ -10,8 +10,8 @@ namespace attn::backends {
 using exact_t = boost::multiprecision::cpp_bin_float_50;
 
 template <class S, Accumulate P>
-Result<S> Reference::run(const Inputs<S>& in, const Options& opt) {
-  return detail::naive_attention<S, exact_t>(in, opt, name);
+Result<S> Reference::run(const Inputs<S>& in, const Options& opt, Workspace& ws) {
+  return detail::naive_attention<S, exact_t>(in, opt, ws, name);
 }
 
 template <class S, Accumulate P>
@@ -22,7 +22,8 @@ std::size_t Reference::workspace_bytes(const Shape& s, const Options&) {
 Result<double> reference_attention(const Inputs<double>& in, const Options& opt) {
   Options all = opt;
   all.need_weights = all.need_lse = true;
-  return detail::naive_attention<double, exact_t>(in, all, Reference::name);
+  Workspace ws;
+  return detail::naive_attention<double, exact_t>(in, all, ws, Reference::name);
 }
 
 ATTN_INSTANTIATE_BACKEND(Reference)

@@ -16,7 +16,7 @@ struct Reference {
 
   // The accumulation policy is ignored: the reference always computes in 50 digits.
   template <class S, Accumulate P>
-  static Result<S> run(const Inputs<S>& in, const Options& opt);
+  static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
 };

@@ -1,0 +1,20 @@
+#include "attn/backends/blocked.hpp"
+
+#include "attn/backends/slab_kernel.hpp"
+#include "attn/registry.hpp"
+
+namespace attn::backends {
+
+template <class S, Accumulate P>
+Result<S> Blocked::run(const Inputs<S>& in, const Options& opt, Workspace& ws) {
+  return detail::slab_attention<S, accumulate_t<S, P>>(in, opt, ws, block_q(opt), name);
+}
+
+template <class S, Accumulate P>
+std::size_t Blocked::workspace_bytes(const Shape& s, const Options& opt) {
+  return detail::slab_workspace_bytes<S, accumulate_t<S, P>>(s, block_q(opt));
+}
+
+ATTN_INSTANTIATE_BACKEND(Blocked)
+
+}  // namespace attn::backends

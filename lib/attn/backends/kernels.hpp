@@ -1,0 +1,117 @@
+// The building blocks every backend shares, written once: scores of a tile
+// (BLAS GEMM for fp32/fp64 accumulation, loops that round every operation
+// otherwise), masking a row of scores, an exact softmax of a row, P V of a
+// tile, and widening storage values to the accumulation type.
+// Internal to lib/attn/backends.
+#pragma once
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include "attn/problem.hpp"
+
+namespace attn::detail {
+
+// The n values at `src` as A: `src` itself when S is A, else widened into `buf`.
+template <class A, class S>
+const A* as_accumulate(const S* src, std::size_t n, A* buf) {
+  if constexpr (std::is_same_v<S, A>) {
+    return src;
+  } else {
+    for (std::size_t i = 0; i < n; ++i) buf[i] = convert<A>(src[i]);
+    return buf;
+  }
+}
+
+// Buffers as_accumulate needs: none when S is A.
+template <class A, class S>
+constexpr std::size_t widen_count(std::size_t n) {
+  return std::is_same_v<S, A> ? 0 : n;
+}
+
+// c[r, j] = alpha * (x_r . y_j), x: [rows, d], y: [cols, d], c: [rows, cols];
+// each product and sum rounded to A, in order. X and Y may be storage
+// values (the naive backend converts on the fly).
+template <class A, class S>
+void scores_loops(const S* x, const S* y, A* c, std::size_t rows, std::size_t cols, std::size_t d, A alpha) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < cols; ++j) {
+      A dot = convert<A>(0.0);
+      for (std::size_t l = 0; l < d; ++l) dot += convert<A>(x[r * d + l]) * convert<A>(y[j * d + l]);
+      c[r * cols + j] = dot * alpha;
+    }
+}
+
+// o[r, :] (+)= sum_j p[r, j] v[j, :] with every operation rounded to A, in
+// order; p: [rows, k], v: [k, d_v] (storage values allowed), o: [rows, d_v].
+template <class A, class S>
+void pv_loops(const A* p, const S* v, A* o, std::size_t rows, std::size_t k, std::size_t d_v, bool add) {
+  const A zero = convert<A>(0.0);
+  for (std::size_t r = 0; r < rows; ++r) {
+    A* o_r = o + r * d_v;
+    if (!add) std::fill(o_r, o_r + d_v, zero);
+    for (std::size_t j = 0; j < k; ++j) {
+      const A p_rj = p[r * k + j];
+      for (std::size_t c = 0; c < d_v; ++c) o_r[c] += p_rj * convert<A>(v[j * d_v + c]);
+    }
+  }
+}
+
+// As scores_loops, as one GEMM (OpenBLAS through xtensor-blas) when A is
+// float or double; row-major, all three contiguous.
+template <class A>
+void scores_tile(const A* x, const A* y, A* c, std::size_t rows, std::size_t cols, std::size_t d, A alpha);
+
+// o[r, :] (+)= sum_j p[r, j] v[j, :], p: [rows, k], v: [k, d_v], o: [rows, d_v];
+// `add` keeps what o holds. GEMM when A is float or double, loops otherwise.
+template <class A>
+void pv_tile(const A* p, const A* v, A* o, std::size_t rows, std::size_t k, std::size_t d_v, bool add);
+
+// Masks the scores s[0, cols) of query i (batch b) for keys j0 .. j0 + cols:
+// keys outside the row's visible range become -inf, visible keys get the
+// elementwise offset (boolean -inf, or the additive bias).
+template <class A>
+void mask_row(A* s, const MaskView& mask, std::size_t b, std::size_t i, std::size_t j0, std::size_t cols) {
+  const auto keys = mask.keys(b, i);
+  const A minus_inf = neg_infinity<A>();
+  for (std::size_t c = 0; c < cols; ++c) {
+    const std::size_t j = j0 + c;
+    if (j < keys.begin || j >= keys.end) s[c] = minus_inf;
+    else if (mask.elementwise()) s[c] += convert<A>(mask.offset(i, j));
+  }
+}
+
+template <class A>
+struct RowSoftmax {
+  A m, l;              // row max and sum of exp(s - m)
+  bool fully_masked;   // m = -inf: weights 0, output 0, lse -inf
+};
+
+// p_j = exp(s_j - m) / l in place, m = max_j s_j, l = sum_j exp(s_j - m).
+template <class A>
+RowSoftmax<A> softmax_row(A* s, std::size_t n) {
+  const A minus_inf = neg_infinity<A>(), zero = convert<A>(0.0);
+  A m = minus_inf;
+  for (std::size_t j = 0; j < n; ++j)
+    if (s[j] > m) m = s[j];
+  if (!(m > minus_inf)) {
+    std::fill(s, s + n, zero);
+    return {m, zero, true};
+  }
+  A l = zero;
+  for (std::size_t j = 0; j < n; ++j) {
+    s[j] = exp_of<A>(s[j] - m);
+    l += s[j];
+  }
+  for (std::size_t j = 0; j < n; ++j) s[j] /= l;
+  return {m, l, false};
+}
+
+// The logsumexp of a row, returned as double (-inf when fully masked).
+template <class A>
+double row_lse(const RowSoftmax<A>& r) {
+  return r.fully_masked ? -std::numeric_limits<double>::infinity() : convert<double>(A(r.m + log_of<A>(r.l)));
+}
+
+}  // namespace attn::detail

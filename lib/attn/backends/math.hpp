@@ -1,0 +1,23 @@
+// math: the naive algorithm with Q K^T and P V as BLAS GEMM (OpenBLAS via
+// xtensor-blas), the path most frameworks call "math". Holds the full
+// n_q x n_kv scores of one head: O(n_q * n_kv). No tunables. Storage types
+// narrower than the accumulation are widened before the GEMM, as frameworks
+// do on CPU; with accumulate=storage for bf16/fp16 (no BLAS has it) the
+// products run as loops that round every operation.
+#pragma once
+
+#include "attn/backend.hpp"
+
+namespace attn::backends {
+
+struct Math {
+  static constexpr std::string_view name = "math";
+  static constexpr std::string_view description = "full score matrix, Q K^T and P V as BLAS GEMM";
+
+  template <class S, Accumulate P>
+  static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
+  template <class S, Accumulate P>
+  static std::size_t workspace_bytes(const Shape& s, const Options& opt);
+};
+
+}  // namespace attn::backends

@@ -1,0 +1,33 @@
+// streaming: online softmax, one pass over K/V per query block (the
+// FlashAttention-2 recurrence, Dao 2023, algorithm 1). For each block of B_q
+// queries, K/V blocks of B_k keys update a running max m_i, running sum l_i
+// and unnormalised accumulator O_i, rescaled by exp(m_old - m_new) when the
+// max grows; O_i / l_i once at the end. Returns the logsumexp m_i + log l_i;
+// weights, when asked for (tests), are rebuilt from it in a second pass as
+// exp(S_ij - lse_i), never stored during the first.
+// Holds O(B_q * B_k + B_q * d_v) (plus a K/V tile widened to the accumulation
+// type when storage is narrower). Tunables: B_q (Options::block_q, default
+// 64), B_k (Options::block_k, default 64). Key blocks no query of the block
+// can see (causal, window, padding) are skipped.
+#pragma once
+
+#include "attn/backend.hpp"
+
+namespace attn::backends {
+
+struct Streaming {
+  static constexpr std::string_view name = "streaming";
+  static constexpr std::string_view description =
+      "online softmax over B_k-key tiles (FlashAttention-2), O(B_q*B_k) memory";
+  static constexpr std::size_t default_block_q = 64, default_block_k = 64;
+
+  template <class S, Accumulate P>
+  static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
+  template <class S, Accumulate P>
+  static std::size_t workspace_bytes(const Shape& s, const Options& opt);
+
+  static std::size_t block_q(const Options& opt) { return opt.block_q ? opt.block_q : default_block_q; }
+  static std::size_t block_k(const Options& opt) { return opt.block_k ? opt.block_k : default_block_k; }
+};
+
+}  // namespace attn::backends

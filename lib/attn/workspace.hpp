@@ -1,0 +1,67 @@
+// Scratch memory of a backend call. A Workspace is a reusable, 64-byte
+// aligned buffer that only grows: a benchmark passes the same one to every
+// call, so no call pays for allocation or first touch of fresh pages. An
+// Arena carves typed pieces out of it; a backend's workspace_bytes() is the
+// sum of piece_bytes() of the pieces its run() takes, so the accounting and
+// the allocation cannot disagree (take() checks).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+namespace attn {
+
+inline constexpr std::size_t workspace_alignment = 64;
+
+// Bytes a piece of n values of T occupies in an arena (rounded up to the alignment).
+template <class T>
+constexpr std::size_t piece_bytes(std::size_t n) {
+  return (n * sizeof(T) + workspace_alignment - 1) / workspace_alignment * workspace_alignment;
+}
+
+class Workspace {
+ public:
+  // At least `bytes` of aligned scratch; reallocates only to grow.
+  std::byte* reserve(std::size_t bytes) {
+    if (bytes > capacity_) {
+      data_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{workspace_alignment})));
+      capacity_ = bytes;
+    }
+    return data_.get();
+  }
+  std::size_t capacity() const { return capacity_; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{workspace_alignment}); }
+  };
+  std::unique_ptr<std::byte, Free> data_;
+  std::size_t capacity_ = 0;
+};
+
+class Arena {
+ public:
+  Arena(Workspace& ws, std::size_t bytes) : base_(ws.reserve(bytes)), size_(bytes) {}
+
+  // n values of T, uninitialised (T must be trivially copyable).
+  template <class T>
+  T* take(std::size_t n) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const std::size_t bytes = piece_bytes<T>(n);
+    if (used_ + bytes > size_) throw std::logic_error("workspace accounting is smaller than what the backend takes");
+    T* p = reinterpret_cast<T*>(base_ + used_);
+    used_ += bytes;
+    return p;
+  }
+  std::size_t used() const { return used_; }
+
+ private:
+  std::byte* base_;
+  std::size_t size_, used_ = 0;
+};
+
+}  // namespace attn
