@@ -85,6 +85,7 @@ ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_ac
   bound.weights = std::min(1.0, std::expm1(2 * ds) + gamma(2 * n + 8, u_acc) + u_double);
   bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + gamma(4 * n + 10, u_acc) + u_store));
   bound.lse = 3 * ds + gamma(2 * n + 4, u_acc) + (u_acc + u_double) * (std::log(n) + max_lse);
+  bound.weights_from_lse = std::min(1.0, std::expm1(ds + bound.lse) + 2 * u_acc + u_double);
   return bound;
 }
 

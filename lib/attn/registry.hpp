@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attn/backend.hpp"
+#include "attn/metrics.hpp"
 #include "attn/backends/blocked.hpp"
 #include "attn/backends/math.hpp"
 #include "attn/backends/naive.hpp"
@@ -68,6 +69,14 @@ template <class B, class S, Accumulate P>
 constexpr double accumulation_unit_roundoff() {
   if constexpr (requires { B::exact; }) return 0x1p-166;
   else return precision_traits<accumulate_t<S, P>>::unit_roundoff;
+}
+
+// The bound on the weights backend B returns: rebuilt from the logsumexp
+// when B declares `static constexpr bool weights_from_lse = true`.
+template <class B>
+constexpr double weights_bound(const ErrorBound& bound) {
+  if constexpr (requires { B::weights_from_lse; }) return bound.weights_from_lse;
+  else return bound.weights;
 }
 
 // --- Runtime selection by name (CLI, scripts) ---------------------------------

@@ -20,6 +20,7 @@ struct Streaming {
   static constexpr std::string_view description =
       "online softmax over B_k-key tiles (FlashAttention-2), O(B_q*B_k) memory";
   static constexpr std::size_t default_block_q = 64, default_block_k = 64;
+  static constexpr bool weights_from_lse = true;  // weights are rebuilt, see above
 
   template <class S, Accumulate P>
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);

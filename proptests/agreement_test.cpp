@@ -1,0 +1,182 @@
+// Every backend against the 50-digit reference on random problems (self and
+// cross attention, every mask, d_k != d_v, logits up to 1e4), and the
+// blocked and streaming backends across block sizes that do and do not
+// divide n, including blocks larger than n.
+//
+// The bound is the worst-case forward error bound of metrics.hpp for the
+// backend's accumulation and storage unit roundoff and this problem: an error
+// above it is a bug, not bad luck. Where that bound is no better than the
+// trivial one (|dO| <= 2 max|V|: long rows accumulated in bf16), the check
+// could not fail, so it is counted as uninformative and not claimed; the
+// test requires every configuration to meet at least one informative check.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+
+#include "attn/random.hpp"
+#include "attn/registry.hpp"
+
+namespace attn {
+namespace {
+
+struct Problem {
+  std::string name;
+  Shape shape;
+  Mask mask;
+  std::uint64_t seed;
+  double logit_scale = 1.0;
+  bool wide_formats_only = false;  // logits beyond what bf16/fp16 products can hold
+};
+
+xt::xtensor<double, 2> alibi_bias(std::size_t n_q, std::size_t n_kv, double slope) {
+  auto bias = xt::xtensor<double, 2>::from_shape({n_q, n_kv});
+  for (std::size_t i = 0; i < n_q; ++i)
+    for (std::size_t j = 0; j < n_kv; ++j) {
+      const double dist = double(i + n_kv - n_q) - double(j);
+      bias(i, j) = dist < 0 ? -std::numeric_limits<double>::infinity() : -slope * dist;
+    }
+  return bias;
+}
+
+xt::xtensor<std::uint8_t, 2> random_allowed(std::size_t n_q, std::size_t n_kv, std::uint64_t seed) {
+  NormalStream normal(seed);
+  auto allowed = xt::xtensor<std::uint8_t, 2>::from_shape({n_q, n_kv});
+  for (auto& a : allowed) a = normal.next() > -0.3;
+  for (std::size_t j = 0; j < n_kv; ++j) allowed(1, j) = 0;  // one fully masked row
+  return allowed;
+}
+
+std::vector<Problem> problems() {
+  return {
+      {"self, no mask", {2, 2, 37, 37, 16, 16}, mask::None{}, 101},
+      {"cross n_q < n_kv, causal, d_k != d_v", {1, 2, 23, 70, 24, 9}, mask::Causal{}, 102},
+      {"cross n_q > n_kv, causal (fully masked rows)", {1, 2, 70, 23, 8, 12}, mask::Causal{}, 103},
+      {"sliding window 5", {1, 3, 41, 41, 32, 32}, mask::SlidingWindow{5}, 104},
+      {"key padding per batch", {3, 1, 19, 45, 16, 20}, mask::KeyPadding{{45, 7, 0}}, 105},
+      {"boolean mask", {1, 2, 30, 50, 8, 8}, mask::Boolean{random_allowed(30, 50, 106)}, 106},
+      {"ALiBi bias, causal by -inf", {1, 2, 33, 40, 16, 8}, mask::AdditiveBias{alibi_bias(33, 40, 0.25)}, 107},
+      {"short rows (bf16 accumulation bound informative)", {1, 2, 9, 12, 4, 6}, mask::None{}, 108},
+      {"large logits 1e2", {1, 2, 31, 47, 64, 32}, mask::Causal{}, 109, 1e2, true},
+      {"large logits 1e4", {1, 2, 31, 47, 64, 32}, mask::None{}, 110, 1e4, true},
+  };
+}
+
+struct Tally {
+  std::size_t informative = 0, uninformative = 0;
+};
+
+// Checks one result against the reference; returns whether the output bound was informative.
+template <class B, class S>
+bool check_against_reference(const Result<S>& r, const Result<double>& ref, const ErrorBound& bound,
+                             const Inputs<double>& seen, const std::string& what) {
+  double max_v = 0;
+  for (double x : seen.v) max_v = std::max(max_v, std::fabs(x));
+  const auto out = convert_tensor<double>(r.out);
+  const ErrorStats e = compare(out, ref.out, precision_traits<S>::unit_roundoff);
+  EXPECT_TRUE(e.all_finite_where_ref_finite) << what << ": non-finite output";
+  EXPECT_LE(e.max_abs, bound.out) << what << ": output error above the derived bound";
+  if (r.lse) {
+    const ErrorStats l = compare(*r.lse, *ref.lse, 0x1p-53);
+    EXPECT_TRUE(l.all_finite_where_ref_finite) << what;
+    EXPECT_LE(l.max_abs, bound.lse) << what << ": logsumexp error above the derived bound";
+  }
+  if (r.weights) {
+    const ErrorStats w = compare(*r.weights, *ref.weights, 0x1p-53);
+    EXPECT_LE(w.max_abs, weights_bound<B>(bound))
+        << what << (requires { B::weights_from_lse; } ? ": weights rebuilt from lse" : ": weights")
+        << " above the derived bound";
+  }
+  return bound.out < max_v;
+}
+
+TEST(Agreement, EveryBackendMatchesTheReferenceWithinItsDerivedBound) {
+  std::map<std::string, Tally> tally;
+  for (const Problem& p : problems()) {
+    std::printf("problem '%s': %s, mask %s, seed %llu, logit scale %g\n", p.name.c_str(), to_string(p.shape).c_str(),
+                mask_name(p.mask).c_str(), static_cast<unsigned long long>(p.seed), p.logit_scale);
+    const Inputs<double> in = random_inputs(p.shape, p.seed, p.logit_scale);
+    Options opt;
+    opt.mask = p.mask;
+    opt.need_weights = opt.need_lse = true;
+    for_each_storage([&](auto st) {
+      using S = typename decltype(st)::type;
+      if (p.wide_formats_only && !is_native_float<S>) return;
+      const Inputs<S> rounded = convert_inputs<S>(in);
+      const Inputs<double> seen = convert_inputs<double>(rounded);
+      const Result<double> ref = backends::reference_attention(seen, opt);
+      for_each_backend([&](auto bt) {
+        using B = typename decltype(bt)::type;
+        for_each_accumulate([&]<Accumulate P>() {
+          const std::string what = p.name + " / " + std::string(B::name) + " " +
+                                   std::string(precision_traits<S>::name) + " accumulate " +
+                                   std::string(accumulate_name(P));
+          const Result<S> r = run_checked<B, S, P>(rounded, opt);
+          const ErrorBound bound =
+              error_bound(seen, opt, accumulation_unit_roundoff<B, S, P>(), precision_traits<S>::unit_roundoff);
+          Tally& t = tally[std::string(B::name) + " " + std::string(precision_traits<S>::name) + " " +
+                           std::string(accumulate_name(P))];
+          (check_against_reference<B>(r, ref, bound, seen, what) ? t.informative : t.uninformative)++;
+        });
+      });
+    });
+  }
+  for (const auto& [config, t] : tally) {
+    std::printf("%-28s informative checks %zu, uninformative %zu\n", config.c_str(), t.informative, t.uninformative);
+    EXPECT_GT(t.informative, 0u) << config << " never met an informative bound";
+  }
+}
+
+// Blocked and streaming for block sizes that divide n, do not, and exceed it,
+// against the reference within the same derived bound.
+TEST(BlockSizes, ResultsDependOnBlockSizeOnlyThroughRounding) {
+  const Shape shape{2, 1, 37, 53, 12, 10};
+  const std::uint64_t seed = 201;
+  std::printf("shape %s, seed %llu\n", to_string(shape).c_str(), static_cast<unsigned long long>(seed));
+  const Inputs<double> in = random_inputs(shape, seed);
+  const std::pair<std::size_t, std::size_t> blocks[] = {{1, 1}, {3, 7}, {16, 16}, {37, 53}, {64, 64}, {100, 200}};
+  for (const Mask& m : {Mask{mask::None{}}, Mask{mask::Causal{}}, Mask{mask::KeyPadding{{53, 20}}},
+                        Mask{mask::SlidingWindow{9}}}) {
+    Options opt;
+    opt.mask = m;
+    opt.need_weights = opt.need_lse = true;
+    for_each_storage([&](auto st) {
+      using S = typename decltype(st)::type;
+      const Inputs<S> rounded = convert_inputs<S>(in);
+      const Inputs<double> seen = convert_inputs<double>(rounded);
+      const Result<double> ref = backends::reference_attention(seen, opt);
+      for (auto [b_q, b_k] : blocks) {
+        Options o = opt;
+        o.block_q = b_q;
+        o.block_k = b_k;
+        constexpr Accumulate P = Accumulate::fp32;
+        const ErrorBound bound =
+            error_bound(seen, o, precision_traits<accumulate_t<S, P>>::unit_roundoff, precision_traits<S>::unit_roundoff);
+        const std::string what = mask_name(m) + " " + std::string(precision_traits<S>::name) + " B_q=" +
+                                 std::to_string(b_q) + " B_k=" + std::to_string(b_k);
+        check_against_reference<backends::Blocked>(run_checked<backends::Blocked, S, P>(rounded, o), ref, bound,
+                                                   seen, "blocked " + what);
+        check_against_reference<backends::Streaming>(run_checked<backends::Streaming, S, P>(rounded, o), ref,
+                                                     bound, seen, "streaming " + what);
+      }
+    });
+  }
+}
+
+// The same call twice gives the same bits; a reused workspace changes nothing.
+TEST(Determinism, RepeatedCallsAreBitwiseIdentical) {
+  const Inputs<float> in = convert_inputs<float>(random_inputs({1, 2, 45, 61, 16, 16}, 301));
+  Options opt;
+  opt.mask = mask::Causal{};
+  for_each_backend([&](auto bt) {
+    using B = typename decltype(bt)::type;
+    Workspace ws;
+    const Result<float> a = run_checked<B, float, Accumulate::fp32>(in, opt, ws);
+    const Result<float> b = run_checked<B, float, Accumulate::fp32>(in, opt, ws);
+    EXPECT_TRUE(a.out == b.out) << B::name;
+    EXPECT_EQ(a.workspace_bytes, (B::template workspace_bytes<float, Accumulate::fp32>(in.shape(), opt))) << B::name;
+  });
+}
+
+}  // namespace
+}  // namespace attn
