@@ -2,7 +2,18 @@
 
 #include <chrono>
 
+extern "C" {
+char* openblas_get_config(void);
+char* openblas_get_corename(void);
+int openblas_get_num_threads(void);
+}
+
 namespace attn {
+
+std::string blas_info() {
+  return std::string(openblas_get_config()) + "; core " + openblas_get_corename() + "; " +
+         std::to_string(openblas_get_num_threads()) + " threads";
+}
 
 static_assert([] {
   bool all = true;
@@ -37,7 +48,8 @@ Accumulate parse_accumulate(std::string_view name) {
 }
 
 RunReport run_by_name(std::string_view backend, std::string_view precision, Accumulate acc,
-                      const Inputs<double>& in, const Options& opt, const CallObserver& obs) {
+                      const Inputs<double>& in, const Options& opt, const CallObserver& obs,
+                      std::size_t warm_repeats) {
   RunReport report;
   bool backend_found = false, precision_found = false;
   for_each_backend([&](auto b) {
@@ -63,6 +75,12 @@ RunReport run_by_name(std::string_view backend, std::string_view precision, Accu
         report.weights = std::move(r.weights);
         report.lse = std::move(r.lse);
         report.workspace_bytes = r.workspace_bytes;
+        for (std::size_t rep = 0; rep < warm_repeats; ++rep) {
+          const auto w0 = std::chrono::steady_clock::now();
+          const Result<S> again = B::template run<S, P>(rounded, opt, ws);
+          report.warm_seconds.push_back(
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+        }
         report.u_acc = accumulation_unit_roundoff<B, S, P>();
         report.u_store = precision_traits<S>::unit_roundoff;
       });

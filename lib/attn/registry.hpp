@@ -97,15 +97,22 @@ struct RunReport {
   std::optional<xt::xtensor<double, 4>> weights;
   std::optional<xt::xtensor<double, 3>> lse;
   std::size_t workspace_bytes = 0;
-  double seconds = 0;  // wall time of the backend call alone
+  double seconds = 0;  // wall time of the first (cold) backend call: allocation and first touch included
+  std::vector<double> warm_seconds;  // further calls reusing the same, already touched workspace
   double u_acc = 0, u_store = 0;  // unit roundoff of accumulation and storage
   Inputs<double> rounded_inputs;  // the inputs as the backend saw them (after rounding to storage)
 };
 
 // Rounds `in` to the storage type named `precision`, validates, runs backend
 // `backend` with policy `acc`, and widens the results to double (exactly).
+// The observer sees the first call only; `warm_repeats` more calls reuse its
+// workspace and are timed into warm_seconds.
 RunReport run_by_name(std::string_view backend, std::string_view precision, Accumulate acc,
-                      const Inputs<double>& in, const Options& opt, const CallObserver& obs = {});
+                      const Inputs<double>& in, const Options& opt, const CallObserver& obs = {},
+                      std::size_t warm_repeats = 0);
+
+// OpenBLAS's build configuration and the kernel core it selected at run time.
+std::string blas_info();
 
 }  // namespace attn
 

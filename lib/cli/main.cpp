@@ -1,5 +1,6 @@
 // attn-lab: run any registered attention backend on real or random tensors,
 // list the registry, and demonstrate the suite on the worked examples.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -44,6 +45,8 @@ attend, what to compute:
                                  query i sees key j iff j <= i + n_kv - n_q.
   --block-q N, --block-k N       block sizes of blocked/streaming backends (default: theirs)
   --allow-nonfinite              accept Inf/NaN in Q, K, V instead of rejecting them
+  --repeat N                     after the first (cold) call, N more calls reusing its warm
+                                 workspace; reports their median as warm seconds
 attend, outputs:
   --out O.npy                    the output, float64, same rank as the inputs
   --weights W.npy                the attention weights [.., n_q, n_kv], float64
@@ -144,7 +147,8 @@ void save_with_rank(const std::string& path, const xt::xtensor<double, N>& t, st
 int attend(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"--q", "--k", "--v", "--random", "--seed", "--logit-scale", "--backend", "--precision",
-                   "--accumulate", "--scale", "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse"},
+                   "--accumulate", "--scale", "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse",
+                   "--repeat"},
                   {"--check", "--json", "--allow-nonfinite", "--help"});
   if (args.flag("--help")) {
     std::cout << kHelp;
@@ -186,7 +190,11 @@ int attend(const std::vector<std::string>& argv) {
   std::size_t peak = 0;
   heap::Watch watch;
   const RunReport r = run_by_name(backend, precision, acc, in, opt,
-                                  {[&] { watch = heap::Watch{}; }, [&] { peak = watch.peak_growth(); }});
+                                  {[&] { watch = heap::Watch{}; }, [&] { peak = watch.peak_growth(); }},
+                                  args.count("--repeat", 0));
+  std::vector<double> warm = r.warm_seconds;
+  std::sort(warm.begin(), warm.end());
+  const double warm_median = warm.empty() ? NAN : warm[warm.size() / 2];
 
   const std::size_t drop = 4 - rank;
   if (args.has("--out")) save_with_rank(args.str("--out"), r.out, drop);
@@ -212,6 +220,7 @@ int attend(const std::vector<std::string>& argv) {
       << ",\"heads\":" << shape.heads << ",\"n_q\":" << shape.n_q << ",\"n_kv\":" << shape.n_kv
       << ",\"d_k\":" << shape.d_k << ",\"d_v\":" << shape.d_v << "},\"mask\":" << json_string(mask_name(opt.mask))
       << ",\"scale\":" << json_number(opt.resolved_scale(shape)) << ",\"seconds\":" << json_number(r.seconds)
+      << ",\"warm_seconds_median\":" << json_number(warm_median) << ",\"warm_calls\":" << warm.size()
       << ",\"peak_bytes\":" << peak << ",\"workspace_bytes\":" << r.workspace_bytes
       << ",\"max_row_sum_error\":" << json_number(row_sum);
     if (args.flag("--check"))
@@ -224,7 +233,9 @@ int attend(const std::vector<std::string>& argv) {
   } else {
     std::printf("%s %s (accumulate %s), %s, mask %s\n", backend.c_str(), precision.c_str(),
                 std::string(accumulate_name(acc)).c_str(), to_string(shape).c_str(), mask_name(opt.mask).c_str());
-    std::printf("  time %.6f s, peak heap %zu bytes, workspace %zu bytes\n", r.seconds, peak, r.workspace_bytes);
+    std::printf("  time %.6f s (cold call), peak heap %zu bytes, workspace %zu bytes\n", r.seconds, peak,
+                r.workspace_bytes);
+    if (!warm.empty()) std::printf("  warm calls: median %.6f s of %zu\n", warm_median, warm.size());
     if (r.weights) std::printf("  max |row sum - 1| %.3g\n", row_sum);
     if (args.flag("--check"))
       std::printf("  max |O - reference| %.3g (%.3g ulps of %s), bound %.3g: %s\n", out_err.max_abs, out_err.max_ulps,
@@ -250,6 +261,7 @@ int list() {
                 precision_traits<S>::unit_roundoff, precision_traits<S>::max_finite);
   });
   std::printf("accumulation: fp64, fp32, storage\n");
+  std::printf("BLAS: %s\n", blas_info().c_str());
   return 0;
 }
 
