@@ -1,6 +1,5 @@
 #include "attn/registry.hpp"
 
-#include <chrono>
 
 extern "C" {
 char* openblas_get_config(void);
@@ -47,51 +46,23 @@ Accumulate parse_accumulate(std::string_view name) {
   throw Error("unknown accumulation '" + std::string(name) + "' (known: fp64, fp32, storage)");
 }
 
+std::vector<BackendHandle> registered_backends() {
+  std::vector<BackendHandle> handles;
+  for_each_backend([&](auto b) { handles.push_back(handle_of<typename decltype(b)::type>()); });
+  return handles;
+}
+
+const BackendHandle& backend_by_name(std::string_view name) {
+  static const std::vector<BackendHandle> handles = registered_backends();
+  for (const BackendHandle& h : handles)
+    if (h.name == name) return h;
+  throw Error("unknown backend '" + std::string(name) + "' (registered: " + joined(backend_names()) + ")");
+}
+
 RunReport run_by_name(std::string_view backend, std::string_view precision, Accumulate acc,
                       const Inputs<double>& in, const Options& opt, const CallObserver& obs,
                       std::size_t warm_repeats) {
-  RunReport report;
-  bool backend_found = false, precision_found = false;
-  for_each_backend([&](auto b) {
-    using B = typename decltype(b)::type;
-    if (B::name != backend) return;
-    backend_found = true;
-    for_each_storage([&](auto st) {
-      using S = typename decltype(st)::type;
-      if (precision_traits<S>::name != precision) return;
-      precision_found = true;
-      Inputs<S> rounded = convert_inputs<S>(in);
-      validate(rounded, opt);
-      for_each_accumulate([&]<Accumulate P>() {
-        if (P != acc) return;
-        if (obs.before) obs.before();
-        const auto t0 = std::chrono::steady_clock::now();
-        Workspace ws;  // a cold call: the workspace's allocation is part of it
-        Result<S> r = B::template run<S, P>(rounded, opt, ws);
-        const auto t1 = std::chrono::steady_clock::now();
-        if (obs.after) obs.after();
-        report.seconds = std::chrono::duration<double>(t1 - t0).count();
-        report.out = convert_tensor<double>(r.out);
-        report.weights = std::move(r.weights);
-        report.lse = std::move(r.lse);
-        report.workspace_bytes = r.workspace_bytes;
-        for (std::size_t rep = 0; rep < warm_repeats; ++rep) {
-          const auto w0 = std::chrono::steady_clock::now();
-          const Result<S> again = B::template run<S, P>(rounded, opt, ws);
-          report.warm_seconds.push_back(
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
-        }
-        report.u_acc = accumulation_unit_roundoff<B, S, P>();
-        report.u_store = precision_traits<S>::unit_roundoff;
-      });
-      report.rounded_inputs = convert_inputs<double>(rounded);
-    });
-  });
-  if (!backend_found)
-    throw Error("unknown backend '" + std::string(backend) + "' (registered: " + joined(backend_names()) + ")");
-  if (!precision_found)
-    throw Error("unknown precision '" + std::string(precision) + "' (known: " + joined(storage_names()) + ")");
-  return report;
+  return backend_by_name(backend).run(precision, acc, in, opt, obs, warm_repeats);
 }
 
 }  // namespace attn

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -103,10 +104,70 @@ struct RunReport {
   Inputs<double> rounded_inputs;  // the inputs as the backend saw them (after rounding to storage)
 };
 
-// Rounds `in` to the storage type named `precision`, validates, runs backend
-// `backend` with policy `acc`, and widens the results to double (exactly).
-// The observer sees the first call only; `warm_repeats` more calls reuse its
-// workspace and are timed into warm_seconds.
+// A backend behind a plain function pointer: rounds `in` to the storage
+// type named `precision`, validates, runs with policy `acc`, and widens the
+// results to double (exactly). The observer sees the first call only;
+// `warm_repeats` more calls reuse its workspace and are timed into
+// warm_seconds. Tests build handles for their own (mutant) backends too.
+struct BackendHandle {
+  std::string_view name;
+  bool weights_from_lse = false;  // its weights are rebuilt from the logsumexp
+  RunReport (*run)(std::string_view precision, Accumulate acc, const Inputs<double>& in, const Options& opt,
+                   const CallObserver& obs, std::size_t warm_repeats) = nullptr;
+};
+
+template <AttentionBackend B>
+RunReport run_typed(std::string_view precision, Accumulate acc, const Inputs<double>& in, const Options& opt,
+                    const CallObserver& obs, std::size_t warm_repeats) {
+  RunReport report;
+  bool precision_found = false;
+  for_each_storage([&](auto st) {
+    using S = typename decltype(st)::type;
+    if (precision_traits<S>::name != precision) return;
+    precision_found = true;
+    Inputs<S> rounded = convert_inputs<S>(in);
+    validate(rounded, opt);
+    for_each_accumulate([&]<Accumulate P>() {
+      if (P != acc) return;
+      if (obs.before) obs.before();
+      const auto t0 = std::chrono::steady_clock::now();
+      Workspace ws;  // a cold call: the workspace's allocation is part of it
+      Result<S> r = B::template run<S, P>(rounded, opt, ws);
+      const auto t1 = std::chrono::steady_clock::now();
+      if (obs.after) obs.after();
+      report.seconds = std::chrono::duration<double>(t1 - t0).count();
+      report.out = convert_tensor<double>(r.out);
+      report.weights = std::move(r.weights);
+      report.lse = std::move(r.lse);
+      report.workspace_bytes = r.workspace_bytes;
+      for (std::size_t rep = 0; rep < warm_repeats; ++rep) {
+        const auto w0 = std::chrono::steady_clock::now();
+        const Result<S> again = B::template run<S, P>(rounded, opt, ws);
+        report.warm_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+      }
+      report.u_acc = accumulation_unit_roundoff<B, S, P>();
+      report.u_store = precision_traits<S>::unit_roundoff;
+    });
+    report.rounded_inputs = convert_inputs<double>(rounded);
+  });
+  if (!precision_found) {
+    std::string known;
+    for (auto n : storage_names()) known += (known.empty() ? "" : ", ") + std::string(n);
+    throw Error("unknown precision '" + std::string(precision) + "' (known: " + known + ")");
+  }
+  return report;
+}
+
+template <AttentionBackend B>
+BackendHandle handle_of() {
+  return {B::name, requires { B::weights_from_lse; }, &run_typed<B>};
+}
+
+// Every registered backend, in registry order.
+std::vector<BackendHandle> registered_backends();
+// Throws Error for a name that is not registered, listing the known ones.
+const BackendHandle& backend_by_name(std::string_view name);
+
 RunReport run_by_name(std::string_view backend, std::string_view precision, Accumulate acc,
                       const Inputs<double>& in, const Options& opt, const CallObserver& obs = {},
                       std::size_t warm_repeats = 0);
