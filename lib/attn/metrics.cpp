@@ -81,11 +81,14 @@ ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_ac
   const double n = double(sh.n_kv);
   const double ds = gamma(double(sh.d_k) + 4, u_acc) * score_mag;
   ErrorBound bound;
+  bound.score = ds;
   constexpr double u_double = 0x1p-53;  // weights and lse are returned in double
   bound.weights = std::min(1.0, std::expm1(2 * ds) + gamma(2 * n + 8, u_acc) + u_double);
   bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + gamma(4 * n + 10, u_acc) + u_store));
   bound.lse = 3 * ds + gamma(2 * n + 4, u_acc) + (u_acc + u_double) * (std::log(n) + max_lse);
   bound.weights_from_lse = std::min(1.0, std::expm1(ds + bound.lse) + 2 * u_acc + u_double);
+  bound.row_sum = gamma(n + 4, u_acc) + gamma(n, u_double);
+  bound.row_sum_from_lse = bound.row_sum + std::expm1(2 * u_acc * (max_lse + std::log(n)));
   return bound;
 }
 

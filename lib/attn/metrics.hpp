@@ -38,6 +38,10 @@ double gamma(double k, double u);
 //   output:  o = sum_j p_j v_j:
 //            |do| <= out := max|v| (expm1(2 ds) + gamma_{4 n_kv + 10}(u_acc) + u_store)
 //   lse:     |dlse| <= lse := 3 ds + gamma_{2 n_kv + 4}(u_acc) + u_acc (log n_kv + max|lse|)
+//   row sums: the normalisation makes sum_j p_ij = 1 up to the rounding of
+//            the sum and the divisions: row_sum := gamma_{n_kv+4}(u_acc) + gamma_{n_kv}(2^-53)
+//            (the second term: summing the double weights); rebuilt from the
+//            logsumexp: row_sum_from_lse := row_sum + expm1(2 u_acc (max|lse| + log n_kv))
 //   weights rebuilt from the logsumexp as exp(S_ij - lse_i) (streaming):
 //            |dp_ij| <= weights_from_lse := expm1(ds + lse) + 2 u_acc
 // Weights and logsumexp are returned in double: + 2^-53 for that rounding.
@@ -45,7 +49,8 @@ double gamma(double k, double u);
 // outputs in the convex hull of V). The bound is worst case: typical errors
 // are far smaller (they grow like sqrt(n), not n).
 struct ErrorBound {
-  double out = 0, weights = 0, lse = 0, weights_from_lse = 0;
+  double score = 0;  // ds: the bound on any scaled, masked score's error
+  double out = 0, weights = 0, lse = 0, weights_from_lse = 0, row_sum = 0, row_sum_from_lse = 0;
 };
 ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store);
 

@@ -1,0 +1,372 @@
+#include "properties.hpp"
+
+#include <cmath>
+#include <numeric>
+
+namespace attn::props {
+
+namespace {
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+double max_abs(const xt::xtensor<double, 4>& t) {
+  double m = 0;
+  for (double x : t) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+// One run of backend b on case c in storage `precision`, with what the run
+// saw; `ok` is false when the case lies outside the precondition of that
+// format (an input overflows the format, or |Q.K| the accumulation type).
+struct Run {
+  bool ok = false;
+  std::string precision;
+  Inputs<double> in;  // rounded to the storage, as the backend saw them
+  Options opt;
+  RunReport r;
+  ErrorBound bound;
+};
+
+Run run_case(const BackendHandle& b, const Case& c, std::string_view precision, bool weights,
+             const Options* override_opt = nullptr, const Inputs<double>* override_in = nullptr) {
+  Run run;
+  run.precision = precision;
+  const double max_s = max_finite(precision), max_a = max_finite_accumulate(precision, c.policy);
+  Inputs<double> in = override_in ? *override_in : c.inputs(max_s, max_a);
+  for (const auto* t : {&in.q, &in.k, &in.v})
+    for (double x : *t)
+      if (std::fabs(x) > max_s / 2) return run;  // would round to inf or sit at the format's edge
+  double mag = 0;
+  const Shape sh = in.shape();
+  for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
+    for (std::size_t i = 0; i < sh.n_q; ++i)
+      for (std::size_t j = 0; j < sh.n_kv; ++j) {
+        double dot = 0;
+        for (std::size_t l = 0; l < sh.d_k; ++l)
+          dot += std::fabs(in.q.data()[(bh * sh.n_q + i) * sh.d_k + l] * in.k.data()[(bh * sh.n_kv + j) * sh.d_k + l]);
+        mag = std::max(mag, dot);
+      }
+  if (mag > max_a / 8) return run;  // Q.K would overflow the accumulation type
+  run.opt = override_opt ? *override_opt : c.options();
+  run.opt.need_weights = weights;
+  run.opt.need_lse = true;
+  run.r = b.run(precision, c.policy, in, run.opt, {}, 0);
+  run.in = run.r.rounded_inputs;
+  run.bound = error_bound(run.in, run.opt, run.r.u_acc, run.r.u_store);
+  run.ok = true;
+  return run;
+}
+
+// f(run) for every storage precision the case fits.
+template <class F>
+void for_each_precision(const BackendHandle& b, const Case& c, bool weights, F&& f) {
+  for (std::string_view precision : storage_names()) {
+    Run run = run_case(b, c, precision, weights);
+    if (!run.ok) continue;
+    RC_LOG() << b.name << " " << precision << " accumulate " << accumulate_name(c.policy) << "\n";
+    f(run);
+  }
+}
+
+bool row_fully_masked(const Run& run, std::size_t bi, std::size_t i) {
+  return (*run.r.lse).data()[bi * run.in.shape().n_q + i] == -inf;
+}
+
+// Whether query i of batch bb may attend to key j under the run's mask.
+bool visible(const MaskView& mask, std::size_t bb, std::size_t i, std::size_t j) {
+  const auto keys = mask.keys(bb, i);
+  return j >= keys.begin && j < keys.end && !(mask.elementwise() && mask.offset(i, j) == -inf);
+}
+
+double sample_variance(const xt::xtensor<double, 3>& x) {
+  double sum = 0, sum2 = 0;
+  for (double v : x) sum += v;
+  const double mean = sum / double(x.size());
+  for (double v : x) sum2 += (v - mean) * (v - mean);
+  return sum2 / double(x.size() - 1);
+}
+
+}  // namespace
+
+std::map<std::string, std::map<std::string, int>>& case_tally() {
+  static std::map<std::string, std::map<std::string, int>> t;
+  return t;
+}
+
+// 1. Rows of the weights sum to 1 within the derived bound; weights in [0, 1].
+void rows_sum_to_one(const BackendHandle& b, const Case& c) {
+  for_each_precision(b, c, true, [&](const Run& run) {
+    const auto& w = *run.r.weights;
+    const std::size_t n_kv = w.shape(3), rows = w.size() / n_kv;
+    const double tol = b.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum;
+    for (std::size_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (std::size_t j = 0; j < n_kv; ++j) {
+        const double p = w.data()[r * n_kv + j];
+        RC_ASSERT(p >= 0.0);
+        RC_ASSERT(p <= 1.0);
+        sum += p;
+      }
+      if (row_fully_masked(run, r / w.shape(2), r % w.shape(2))) RC_ASSERT(sum == 0.0);
+      else RC_ASSERT(std::fabs(sum - 1) <= tol);
+    }
+  });
+}
+
+// 2. Masked weights are exactly 0; a row's output does not change, bit for
+// bit, when the keys and values it cannot see are replaced.
+void masked_weights_are_zero_and_masked_inputs_irrelevant(const BackendHandle& b, const Case& c) {
+  for_each_precision(b, c, true, [&](const Run& run) {
+    const Shape sh = run.in.shape();
+    const MaskView mask(run.opt.mask, sh);
+    for (std::size_t bb = 0; bb < sh.batch; ++bb)
+      for (std::size_t h = 0; h < sh.heads; ++h)
+        for (std::size_t i = 0; i < sh.n_q; ++i)
+          for (std::size_t j = 0; j < sh.n_kv; ++j)
+            if (!visible(mask, bb, i, j)) RC_ASSERT((*run.r.weights)(bb, h, i, j) == 0.0);
+
+    // Row i = the last query of batch 0: replace what it cannot see.
+    const std::size_t i = sh.n_q - 1;
+    Inputs<double> changed = run.in;
+    NormalStream normal(c.seed + 77);
+    bool any = false;
+    for (std::size_t j = 0; j < sh.n_kv; ++j) {
+      if (visible(mask, 0, i, j)) continue;
+      any = true;
+      for (std::size_t h = 0; h < sh.heads; ++h) {
+        for (std::size_t l = 0; l < sh.d_k; ++l) changed.k(0, h, j, l) = std::round(8 * normal.next()) / 4;
+        for (std::size_t l = 0; l < sh.d_v; ++l) changed.v(0, h, j, l) = std::round(8 * normal.next()) / 4;
+      }
+    }
+    RC_CLASSIFY(any, "row with masked keys replaced");
+    if (!any) return;
+    const Run again = run_case(b, c, run.precision, false, &run.opt, &changed);
+    RC_ASSERT(again.ok);
+    for (std::size_t h = 0; h < sh.heads; ++h)
+      for (std::size_t col = 0; col < sh.d_v; ++col) RC_ASSERT(again.r.out(0, h, i, col) == run.r.out(0, h, i, col));
+  });
+}
+
+// 3. Within the derived bound of the reference, and no worse than 2x the
+// naive backend's own error at the same precision plus an absolute floor of
+// a few units of the output's last place (FlashAttention's test rule).
+void agrees_with_reference(const BackendHandle& b, const Case& c) {
+  const BackendHandle& naive = backend_by_name("naive");
+  for_each_precision(b, c, true, [&](const Run& run) {
+    const Result<double> ref = backends::reference_attention(run.in, run.opt);
+    const double err = compare(run.r.out, ref.out, run.r.u_store).max_abs;
+    RC_ASSERT(err <= run.bound.out);
+    RC_ASSERT(compare(*run.r.lse, *ref.lse, run.r.u_acc).max_abs <= run.bound.lse);
+    RC_ASSERT(compare(*run.r.weights, *ref.weights, run.r.u_acc).max_abs <=
+              (b.weights_from_lse ? run.bound.weights_from_lse : run.bound.weights));
+    const Run base = run_case(naive, c, run.precision, false, &run.opt, &run.in);
+    const double naive_err = compare(base.r.out, ref.out, run.r.u_store).max_abs;
+    const double floor = 4 * (run.r.u_acc + run.r.u_store) * max_abs(ref.out);
+    RC_ASSERT(err <= 2 * naive_err + floor);
+  });
+}
+
+// 4. Adding a constant c_i to every score of row i (an additive bias) leaves
+// the output unchanged within the two runs' bounds, plus what the rounding
+// of the shifted bias itself (fl(b + c) != b + c, found exactly by TwoSum)
+// does to an exact softmax: max|v| expm1(2 max|db|).
+void shift_invariant(const BackendHandle& b, const Case& c) {
+  if (c.mask != MaskKind::none && c.mask != MaskKind::bias) return;
+  for_each_precision(b, c, false, [&](const Run& run) {
+    const Shape sh = run.in.shape();
+    auto bias = xt::xtensor<double, 2>(xt::zeros<double>({sh.n_q, sh.n_kv}));
+    if (auto* existing = std::get_if<mask::AdditiveBias>(&run.opt.mask)) bias = existing->bias;
+    NormalStream normal(c.seed + 4);
+    double db = 0;  // the largest rounding error of a shifted bias entry
+    for (std::size_t i = 0; i < sh.n_q; ++i) {
+      const double shift = std::round(40 * normal.next()) / 4;
+      for (std::size_t j = 0; j < sh.n_kv; ++j) {
+        const double x = bias(i, j), sum = x + shift;
+        if (std::isfinite(sum)) {
+          const double bb = sum - x;  // TwoSum (Knuth): the exact error of x + shift
+          db = std::max(db, std::fabs((x - (sum - bb)) + (shift - bb)));
+        }
+        bias(i, j) = sum;
+      }
+    }
+    Options shifted = run.opt;
+    shifted.mask = mask::AdditiveBias{bias};
+    const Run moved = run_case(b, c, run.precision, false, &shifted, &run.in);
+    RC_ASSERT(moved.ok);
+    double max_v = 0;
+    for (double x : run.in.v) max_v = std::max(max_v, std::fabs(x));
+    RC_ASSERT(compare(moved.r.out, run.r.out, run.r.u_store).max_abs <=
+              run.bound.out + moved.bound.out + max_v * std::expm1(2 * db));
+  });
+}
+
+// 5. Each output coordinate lies between the min and max of its value column
+// over the keys the row sees, up to the rounding of the weights' sum, of the
+// accumulation and of the storage (slack times the largest |v| seen); a
+// fully masked row is exactly 0.
+void outputs_in_convex_hull(const BackendHandle& b, const Case& c) {
+  for_each_precision(b, c, false, [&](const Run& run) {
+    const Shape sh = run.in.shape();
+    const MaskView mask(run.opt.mask, sh);
+    const double slack = (b.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum) +
+                         gamma(double(sh.n_kv) + 2, run.r.u_acc) + run.r.u_store;
+    for (std::size_t bb = 0; bb < sh.batch; ++bb)
+      for (std::size_t h = 0; h < sh.heads; ++h)
+        for (std::size_t i = 0; i < sh.n_q; ++i) {
+          const bool masked = row_fully_masked(run, bb * sh.heads + h, i);
+          for (std::size_t col = 0; col < sh.d_v; ++col) {
+            const double o = run.r.out(bb, h, i, col);
+            if (masked) {
+              RC_ASSERT(o == 0.0);
+              continue;
+            }
+            double lo = inf, hi = -inf, mag = 0;
+            for (std::size_t j = 0; j < sh.n_kv; ++j) {
+              if (!visible(mask, bb, i, j)) continue;
+              const double v = run.in.v(bb, h, j, col);
+              lo = std::min(lo, v);
+              hi = std::max(hi, v);
+              mag = std::max(mag, std::fabs(v));
+            }
+            RC_ASSERT(o >= lo - slack * mag);
+            RC_ASSERT(o <= hi + slack * mag);
+          }
+        }
+  });
+}
+
+// 6. Without mask, self-attention is equivariant under a permutation of the
+// tokens, and permuting key/value pairs together changes no output (within
+// the two runs' bounds: the order of the sums changes).
+void permutation_equivariant(const BackendHandle& b, const Case& c0) {
+  Case c = c0;
+  c.mask = MaskKind::none;
+  c.shape.n_kv = c.shape.n_q;
+  for_each_precision(b, c, false, [&](const Run& run) {
+    const Shape sh = run.in.shape();
+    std::vector<std::size_t> perm(sh.n_q);
+    std::iota(perm.begin(), perm.end(), 0);
+    NormalStream normal(c.seed + 6);
+    for (std::size_t i = perm.size(); i > 1; --i)
+      std::swap(perm[i - 1], perm[std::size_t(std::fabs(normal.next()) * 1e6) % i]);
+    Inputs<double> tokens = run.in, pairs = run.in;
+    for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
+      for (std::size_t i = 0; i < sh.n_q; ++i) {
+        const std::size_t p = perm[i];
+        for (std::size_t l = 0; l < sh.d_k; ++l) {
+          tokens.q.data()[(bh * sh.n_q + i) * sh.d_k + l] = run.in.q.data()[(bh * sh.n_q + p) * sh.d_k + l];
+          tokens.k.data()[(bh * sh.n_kv + i) * sh.d_k + l] = run.in.k.data()[(bh * sh.n_kv + p) * sh.d_k + l];
+          pairs.k.data()[(bh * sh.n_kv + i) * sh.d_k + l] = run.in.k.data()[(bh * sh.n_kv + p) * sh.d_k + l];
+        }
+        for (std::size_t l = 0; l < sh.d_v; ++l) {
+          tokens.v.data()[(bh * sh.n_kv + i) * sh.d_v + l] = run.in.v.data()[(bh * sh.n_kv + p) * sh.d_v + l];
+          pairs.v.data()[(bh * sh.n_kv + i) * sh.d_v + l] = run.in.v.data()[(bh * sh.n_kv + p) * sh.d_v + l];
+        }
+      }
+    const Run t = run_case(b, c, run.precision, false, &run.opt, &tokens);
+    const Run p = run_case(b, c, run.precision, false, &run.opt, &pairs);
+    RC_ASSERT(t.ok && p.ok);
+    const double tol = 2 * run.bound.out;
+    for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
+      for (std::size_t i = 0; i < sh.n_q; ++i)
+        for (std::size_t l = 0; l < sh.d_v; ++l) {
+          const double o = run.r.out.data()[(bh * sh.n_q + perm[i]) * sh.d_v + l];
+          RC_ASSERT(std::fabs(t.r.out.data()[(bh * sh.n_q + i) * sh.d_v + l] - o) <= tol);
+          RC_ASSERT(std::fabs(p.r.out.data()[(bh * sh.n_q + perm[i]) * sh.d_v + l] - o) <= tol);
+        }
+  });
+}
+
+// 7. For iid N(0, 1) q and k, var(q.k) = d_k and var(q.k / sqrt(d_k)) = 1,
+// read through the backend's own logsumexp (a row with one key returns its
+// score), once with its default scale and once with scale 1. The sample
+// variance of N scores has standard deviation sd = sqrt((2 d^2 + 6 d) / N)
+// (a sum of d products of normals has fourth moment 3 d^2 + 6 d); allowed:
+// 6 sd, plus what the derived score error e can do to a standard deviation
+// sqrt(var): (sqrt(var) + e)^2 - var. One storage precision per case (the
+// seed picks it), so the 50-digit reference stays affordable; over the
+// cases every precision is covered.
+void score_variance_scales_with_dk(const BackendHandle& b, const Case& c) {
+  const std::size_t d = std::clamp<std::size_t>(c.shape.d_k * c.shape.d_v, 1, 1024);
+  const std::size_t samples = std::clamp<std::size_t>(std::size_t(1e5 / double(d)), 200, 20000);
+  Case s = c;
+  s.shape = {1, samples, 1, 1, d, 1};
+  s.mask = MaskKind::none;
+  s.magnitude = Magnitude::unit;
+  s.logit_scale = 1;
+  const std::string_view precision = storage_names()[c.seed % storage_names().size()];
+  RC_CLASSIFY(d >= 256, "d_k >= 256");
+  RC_TAG(precision);
+  for (const double scale : {1.0 / std::sqrt(double(d)), 1.0}) {
+    Options opt = s.options();
+    opt.scale = scale == 1.0 ? std::optional<double>(1.0) : std::nullopt;  // nullopt: the backend's default
+    const Run run = run_case(b, s, precision, false, &opt);
+    if (!run.ok) continue;
+    RC_LOG() << b.name << " " << precision << " d_k=" << d << " samples=" << samples << " scale=" << scale << "\n";
+    const double expected = double(d) * scale * scale;
+    const double sd = std::sqrt((2.0 * d * d + 6.0 * d) / double(samples)) * scale * scale;
+    const double e = run.bound.score;
+    const double rounding = 2 * e * std::sqrt(expected) + e * e;
+    RC_ASSERT(std::fabs(sample_variance(*run.r.lse) - expected) <= 6 * sd + rounding);
+  }
+}
+
+// 8. Finite inputs give finite outputs, weights and logsumexp (-inf exactly
+// on fully masked rows, whose outputs are 0), whatever the logits' size.
+void finite_for_finite_inputs(const BackendHandle& b, const Case& c) {
+  for_each_precision(b, c, true, [&](const Run& run) {
+    for (double x : run.r.out) RC_ASSERT(std::isfinite(x));
+    for (double x : *run.r.weights) RC_ASSERT(std::isfinite(x));
+    const Shape sh = run.in.shape();
+    for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
+      for (std::size_t i = 0; i < sh.n_q; ++i) {
+        const double l = (*run.r.lse).data()[bh * sh.n_q + i];
+        RC_ASSERT(std::isfinite(l) || l == -inf);
+        if (l == -inf)
+          for (std::size_t col = 0; col < sh.d_v; ++col) RC_ASSERT(run.r.out.data()[(bh * sh.n_q + i) * sh.d_v + col] == 0.0);
+      }
+  });
+}
+
+// 9. A second run gives the same bits; the case's block sizes and the
+// backend's defaults agree within the two runs' bounds.
+void block_size_independent_and_deterministic(const BackendHandle& b, const Case& c) {
+  for_each_precision(b, c, false, [&](const Run& run) {
+    const Run again = run_case(b, c, run.precision, false, &run.opt, &run.in);
+    RC_ASSERT(again.r.out == run.r.out);
+    RC_ASSERT(*again.r.lse == *run.r.lse);
+    Options defaults = run.opt;
+    defaults.block_q = defaults.block_k = 0;
+    const Run other = run_case(b, c, run.precision, false, &defaults, &run.in);
+    RC_ASSERT(compare(other.r.out, run.r.out, run.r.u_store).max_abs <= 2 * run.bound.out);
+  });
+}
+
+// 10. out [B, H, n_q, d_v], weights [B, H, n_q, n_kv], lse [B, H, n_q], for
+// cross-attention and d_k != d_v alike.
+void result_shapes(const BackendHandle& b, const Case& c) {
+  for_each_precision(b, c, true, [&](const Run& run) {
+    const Shape s = c.shape;
+    RC_ASSERT(run.r.out.shape() == (std::array<std::size_t, 4>{s.batch, s.heads, s.n_q, s.d_v}));
+    RC_ASSERT(run.r.weights->shape() == (std::array<std::size_t, 4>{s.batch, s.heads, s.n_q, s.n_kv}));
+    RC_ASSERT(run.r.lse->shape() == (std::array<std::size_t, 3>{s.batch, s.heads, s.n_q}));
+  });
+}
+
+const std::vector<Property>& properties() {
+  static const std::vector<Property> all = {
+      {"1 rows sum to 1", rows_sum_to_one, 2e6},
+      {"2 masked weights 0, masked inputs irrelevant", masked_weights_are_zero_and_masked_inputs_irrelevant, 1e6},
+      {"3 agrees with reference (bound, 2x naive)", agrees_with_reference, 1.5e5},
+      {"4 shift invariant", shift_invariant, 1e6},
+      {"5 outputs in convex hull", outputs_in_convex_hull, 1e6},
+      {"6 permutation equivariant", permutation_equivariant, 5e4},
+      {"7 score variance d_k and 1", score_variance_scales_with_dk, 1e6},
+      {"8 finite for finite inputs", finite_for_finite_inputs, 2e6},
+      {"9 block sizes, determinism", block_size_independent_and_deterministic, 1e6},
+      {"10 result shapes", result_shapes, 2e5},
+  };
+  return all;
+}
+
+}  // namespace attn::props
