@@ -32,21 +32,27 @@ Run run_case(const BackendHandle& b, const Case& c, std::string_view precision, 
   Run run;
   run.precision = precision;
   const double max_s = max_finite(precision), max_a = max_finite_accumulate(precision, c.policy);
-  Inputs<double> in = override_in ? *override_in : c.inputs(max_s, max_a);
-  for (const auto* t : {&in.q, &in.k, &in.v})
-    for (double x : *t)
-      if (std::fabs(x) > max_s / 2) return run;  // would round to inf or sit at the format's edge
-  double mag = 0;
-  const Shape sh = in.shape();
-  for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
-    for (std::size_t i = 0; i < sh.n_q; ++i)
-      for (std::size_t j = 0; j < sh.n_kv; ++j) {
-        double dot = 0;
-        for (std::size_t l = 0; l < sh.d_k; ++l)
-          dot += std::fabs(in.q.data()[(bh * sh.n_q + i) * sh.d_k + l] * in.k.data()[(bh * sh.n_kv + j) * sh.d_k + l]);
-        mag = std::max(mag, dot);
-      }
-  if (mag > max_a / 8) return run;  // Q.K would overflow the accumulation type
+  // The precondition is checked on freshly generated inputs only: inputs a
+  // property derives from a run's (rounded) inputs, by permuting them or
+  // replacing entries with small values, satisfy it by construction.
+  const Inputs<double> in = override_in ? *override_in : c.inputs(max_s, max_a);
+  if (!override_in) {
+    for (const auto* t : {&in.q, &in.k, &in.v})
+      for (double x : *t)
+        if (std::fabs(x) > max_s / 2) return run;  // would round to inf or sit at the format's edge
+    double mag = 0;
+    const Shape sh = in.shape();
+    for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
+      for (std::size_t i = 0; i < sh.n_q; ++i)
+        for (std::size_t j = 0; j < sh.n_kv; ++j) {
+          double dot = 0;
+          for (std::size_t l = 0; l < sh.d_k; ++l)
+            dot += std::fabs(in.q.data()[(bh * sh.n_q + i) * sh.d_k + l] *
+                             in.k.data()[(bh * sh.n_kv + j) * sh.d_k + l]);
+          mag = std::max(mag, dot);
+        }
+    if (mag > max_a / 8) return run;  // Q.K would overflow the accumulation type
+  }
   run.opt = override_opt ? *override_opt : c.options();
   run.opt.need_weights = weights;
   run.opt.need_lse = true;
