@@ -9,9 +9,36 @@
 #include <limits>
 #include <type_traits>
 
-#include "attn/problem.hpp"
+#include "attn/backend.hpp"
 
 namespace attn::detail {
+
+// The Result a backend fills: out [B, H, n_q, d_v], and weights / lse when
+// asked for (lse also when `lse_always`, for backends that need it).
+template <class S>
+Result<S> allocate_result(const Shape& sh, const Options& opt, std::size_t workspace_bytes, bool lse_always = false) {
+  Result<S> r;
+  r.out = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, sh.n_q, sh.d_v});
+  if (opt.need_weights) r.weights = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, sh.n_q, sh.n_kv});
+  if (opt.need_lse || lse_always) r.lse = xt::xtensor<double, 3>::from_shape({sh.batch, sh.heads, sh.n_q});
+  r.workspace_bytes = workspace_bytes;
+  return r;
+}
+
+// Keys [begin, end) that at least one of queries i0 .. i0 + rows (batch b) may
+// see; every key outside is masked for all of them. Empty: begin = end = 0.
+inline MaskView::Range block_keys(const MaskView& mask, std::size_t b, std::size_t i0, std::size_t rows,
+                                  std::size_t n_kv) {
+  MaskView::Range span{n_kv, 0};
+  for (std::size_t i = i0; i < i0 + rows; ++i) {
+    const auto keys = mask.keys(b, i);
+    if (keys.size() == 0) continue;
+    span.begin = std::min(span.begin, keys.begin);
+    span.end = std::max(span.end, keys.end);
+  }
+  if (span.begin >= span.end) span = {0, 0};
+  return span;
+}
 
 // The n values at `src` as A: `src` itself when S is A, else widened into `buf`.
 template <class A, class S>

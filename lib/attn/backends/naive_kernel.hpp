@@ -53,11 +53,7 @@ Result<S> naive_attention(const Inputs<S>& in, const Options& opt, Workspace& ws
   Arena arena(ws, std::is_trivially_copyable_v<A> ? bytes : 0);
   Scratch<A> scores(arena, n_q * n_kv), o_row(arena, d_v);
 
-  Result<S> r;
-  r.out = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, n_q, d_v});
-  if (opt.need_weights) r.weights = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, n_q, n_kv});
-  if (opt.need_lse) r.lse = xt::xtensor<double, 3>::from_shape({sh.batch, sh.heads, n_q});
-  r.workspace_bytes = bytes;
+  Result<S> r = allocate_result<S>(sh, opt, bytes);
 
   const MaskView mask(opt.mask, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));

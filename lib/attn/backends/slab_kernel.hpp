@@ -40,11 +40,7 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
   A* k_buf = arena.take<A>(widen_count<A, S>(n_kv * d_k));
   A* v_buf = arena.take<A>(widen_count<A, S>(n_kv * d_v));
 
-  Result<S> r;
-  r.out = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, n_q, d_v});
-  if (opt.need_weights) r.weights = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, n_q, n_kv});
-  if (opt.need_lse) r.lse = xt::xtensor<double, 3>::from_shape({sh.batch, sh.heads, n_q});
-  r.workspace_bytes = bytes;
+  Result<S> r = allocate_result<S>(sh, opt, bytes);
 
   const MaskView mask(opt.mask, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));
@@ -56,14 +52,7 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
       for (std::size_t i0 = 0; i0 < n_q; i0 += b_q) {
         const std::size_t rows = std::min(b_q, n_q - i0);
         // Keys [lo, hi) that some row of the slab may see; the rest are masked for all of them.
-        std::size_t lo = n_kv, hi = 0;
-        for (std::size_t i = i0; i < i0 + rows; ++i) {
-          const auto keys = mask.keys(b, i);
-          if (keys.size() == 0) continue;
-          lo = std::min(lo, keys.begin);
-          hi = std::max(hi, keys.end);
-        }
-        if (lo >= hi) lo = hi = 0;
+        const auto [lo, hi] = block_keys(mask, b, i0, rows, n_kv);
         const std::size_t cols = hi - lo;
 
         // S = Q_slab K[lo:hi]^T * scale + mask

@@ -34,11 +34,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   A* k_buf = arena.take<A>(widen_count<A, S>(B_c * d_k));
   A* v_buf = arena.take<A>(widen_count<A, S>(B_c * d_v));
 
-  Result<S> r;
-  r.out = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, n_q, d_v});
-  if (opt.need_weights) r.weights = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, n_q, n_kv});
-  if (opt.need_lse || opt.need_weights) r.lse = xt::xtensor<double, 3>::from_shape({sh.batch, sh.heads, n_q});
-  r.workspace_bytes = bytes;
+  Result<S> r = allocate_result<S>(sh, opt, bytes, /*lse_always=*/opt.need_weights);
 
   const MaskView mask(opt.mask, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));
@@ -50,13 +46,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         const std::size_t rows = std::min(B_r, n_q - i0);
         const A* Q_i = as_accumulate(&in.q(b, h, i0, 0), rows * d_k, q_buf);
         // Keys [lo, hi) some query of the block may see; tiles outside are skipped.
-        std::size_t lo = n_kv, hi = 0;
-        for (std::size_t i = i0; i < i0 + rows; ++i) {
-          const auto keys = mask.keys(b, i);
-          if (keys.size() == 0) continue;
-          lo = std::min(lo, keys.begin);
-          hi = std::max(hi, keys.end);
-        }
+        const auto [lo, hi] = block_keys(mask, b, i0, rows, n_kv);
         std::fill(m_i, m_i + rows, minus_inf);
         std::fill(l_i, l_i + rows, zero);
         std::fill(O_i, O_i + rows * d_v, zero);
