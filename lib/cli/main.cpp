@@ -8,6 +8,7 @@
 #include "attn/alloc_counter.hpp"
 #include "attn/backends/reference.hpp"
 #include "attn/examples.hpp"
+#include "attn/machine.hpp"
 #include "attn/metrics.hpp"
 #include "attn/npy.hpp"
 #include "attn/random.hpp"
@@ -25,6 +26,9 @@ usage:
   attn-lab attend [options]  run one backend on .npy files or random tensors
   attn-lab demo [--seed S]   the worked examples (EXAMPLES.md) and one random problem
                              through every backend and precision, as a table
+  attn-lab peak [--json]     this machine's measured peaks: FMA GFLOP/s (fp32, fp64) per core
+                             and for all cores, single-thread BLAS GEMM at n = 1024 and 2048,
+                             stream triad bandwidth (takes about half a minute)
   attn-lab --help
 
 attend, inputs (one of):
@@ -313,6 +317,27 @@ int demo(const std::vector<std::string>& argv) {
   return all_within ? 0 : 1;
 }
 
+int peak(const std::vector<std::string>& argv) {
+  const Args args(argv, {}, {"--json", "--help"});
+  if (args.flag("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  const MachinePeak p = measure_peak();
+  if (args.flag("--json")) {
+    std::cout << to_json(p) << "\n";
+    return 0;
+  }
+  std::printf("cpu              %s (%u cores), FMA probe in %s\n", p.cpu.c_str(), p.cores, p.simd.c_str());
+  std::printf("fp32 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp32_fma_gflops_core, p.fp32_fma_gflops_all);
+  std::printf("fp64 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp64_fma_gflops_core, p.fp64_fma_gflops_all);
+  std::printf("sgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.sgemm_gflops_1024, p.sgemm_gflops_2048);
+  std::printf("dgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.dgemm_gflops_1024, p.dgemm_gflops_2048);
+  std::printf("triad            %8.1f GB/s one core, %8.1f all cores\n", p.triad_gbs_core, p.triad_gbs_all);
+  std::printf("BLAS             %s\n", p.blas.c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace attn::cli
 
@@ -328,8 +353,9 @@ int main(int argc, char** argv) {
     if (command == "list") return list();
     if (command == "attend") return attend(rest);
     if (command == "demo") return demo(rest);
-    throw attn::Error(command.empty() ? "no command given (attend, list, demo; see --help)"
-                                      : "unknown command '" + command + "' (attend, list, demo; see --help)");
+    if (command == "peak") return peak(rest);
+    throw attn::Error(command.empty() ? "no command given (attend, list, demo, peak; see --help)"
+                                      : "unknown command '" + command + "' (attend, list, demo, peak; see --help)");
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "attn-lab: %s\n", e.what());
     return 2;

@@ -12,6 +12,7 @@ namespace attn::backends {
 
 struct Math {
   static constexpr std::string_view name = "math";
+  static constexpr bool uses_blas = true;  // OpenBLAS threads it when more than one thread is allowed
   static constexpr std::string_view description = "full score matrix, Q K^T and P V as BLAS GEMM";
 
   template <class S, Accumulate P>

@@ -17,6 +17,7 @@ namespace attn::backends {
 
 struct Streaming {
   static constexpr std::string_view name = "streaming";
+  static constexpr bool uses_blas = true;  // OpenBLAS threads it when more than one thread is allowed
   static constexpr std::string_view description =
       "online softmax over B_k-key tiles (FlashAttention-2), O(B_q*B_k) memory";
   static constexpr std::size_t default_block_q = 64, default_block_k = 64;

@@ -1,0 +1,55 @@
+#!/usr/bin/python3
+"""Smoke test of attn-bench: every family at its smallest size, one iteration
+each, written as Google Benchmark JSON; checks that the JSON parses, that no
+benchmark skipped with an error, that every name has the stable shape, and
+that every counter is present and finite. Asserts no timing."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+COUNTERS = ["seconds_per_call", "FLOP/s", "qkvo_bytes/s", "workspace_model_bytes", "peak_heap_bytes",
+            "max_abs_error", "error_bound", "error_ref_digits", "blas_threads"]
+NAME = re.compile(r"^attn(_cold)?/[a-z]+/(fp64|fp32|bf16|fp16)/causal:[01]/threads:[12]/"
+                  r"(n:\d+|n_q:\d+/n_kv:\d+)/d:\d+$")
+
+
+def main():
+    exe = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "smoke.json")
+        subprocess.run([exe, "--profile", "smoke", "--benchmark_min_time=0", "--benchmark_out=" + out,
+                        "--benchmark_out_format=json"], check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            data = json.load(f)
+    runs = data["benchmarks"]
+    failures = []
+    if not runs:
+        failures.append("no benchmark ran")
+    names = [r["name"] for r in runs]
+    if len(set(names)) != len(names):
+        failures.append("duplicate benchmark names")
+    for r in runs:
+        if r.get("error_occurred"):
+            failures.append(f"{r['name']}: skipped: {r.get('error_message')}")
+            continue
+        if not NAME.match(r["name"]):
+            failures.append(f"{r['name']}: name does not have the stable shape")
+        for c in COUNTERS:
+            v = r.get(c)
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                failures.append(f"{r['name']}: counter {c} missing or not finite ({v!r})")
+        if r.get("max_abs_error", 1) > r.get("error_bound", 0):
+            failures.append(f"{r['name']}: error above its bound")
+    backends = sorted({n.split("/")[1] for n in names})
+    print(f"{len(runs)} benchmarks, backends {', '.join(backends)}; context: {data['context'].get('blas')}")
+    for f in failures:
+        print("FAIL", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

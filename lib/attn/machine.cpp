@@ -1,0 +1,153 @@
+#include "attn/machine.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <thread>
+#include <vector>
+#include <xsimd/xsimd.hpp>
+#include <xtensor-blas/xblas.hpp>
+
+#include "attn/registry.hpp"
+#include "attn/xt.hpp"
+
+extern "C" {
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+}
+
+namespace attn {
+
+void set_blas_threads(int n) { openblas_set_num_threads(n); }
+int blas_threads() { return openblas_get_num_threads(); }
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+// Best (shortest) wall time of `reps` runs of f.
+double best_seconds(int reps, const std::function<void()>& f) {
+  double best = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = clock_type::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(clock_type::now() - t0).count());
+  }
+  return best;
+}
+
+// 2 * lanes * chains * iters flops of independent FMA chains, in xsimd's
+// widest batch for this build (-march=native): hand-written because a peak
+// probe must keep every FMA pipe busy, which no library call guarantees.
+template <class T>
+double fma_gflops_one_thread() {
+  using batch = xsimd::batch<T>;
+  constexpr int chains = 16;  // > latency x pipes of current cores
+  constexpr long iters = 20'000'000 / batch::size;
+  volatile T seed = T(1e-9);
+  double seconds = best_seconds(5, [&] {
+    batch acc[chains];
+    const batch a(T(1) + seed), b(seed);
+    for (int c = 0; c < chains; ++c) acc[c] = batch(T(c) * seed);
+    for (long i = 0; i < iters; ++i)
+      for (int c = 0; c < chains; ++c) acc[c] = xsimd::fma(acc[c], a, b);
+    T sink = 0;
+    for (int c = 0; c < chains; ++c) sink += xsimd::hadd(acc[c]);
+    volatile T keep = sink;
+    (void)keep;
+  });
+  return 2.0 * batch::size * chains * double(iters) / seconds / 1e9;
+}
+
+// The same probe on every core at once: the sum of the threads' rates.
+template <class T>
+double fma_gflops_all(unsigned cores) {
+  std::vector<double> rates(cores);
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < cores; ++t) threads.emplace_back([&, t] { rates[t] = fma_gflops_one_thread<T>(); });
+  for (auto& t : threads) t.join();
+  double sum = 0;
+  for (double r : rates) sum += r;
+  return sum;
+}
+
+template <class T>
+double gemm_gflops(std::size_t n) {
+  xt::xtensor<T, 2> a = xt::xtensor<T, 2>::from_shape({n, n}), b = a, c = a;
+  for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = b.data()[i] = T(1) / T(1 + i % 7);
+  c.fill(0);
+  xt::blas::gemm(a, b, c);  // warm-up: first touch, OpenBLAS buffers
+  const double s = best_seconds(3, [&] { xt::blas::gemm(a, b, c); });
+  return 2.0 * double(n) * double(n) * double(n) / s / 1e9;
+}
+
+double triad_gbs(unsigned threads) {
+  const std::size_t n = std::size_t(1) << 23;  // 64 MiB per array per thread: far beyond cache
+  std::vector<std::vector<double>> a(threads, std::vector<double>(n, 1.0)), b = a, c = a;
+  auto run = [&](unsigned t) {
+    double* pa = a[t].data();
+    const double *pb = b[t].data(), *pc = c[t].data();
+    for (std::size_t i = 0; i < n; ++i) pa[i] = pb[i] + 3.0 * pc[i];
+  };
+  const double s = best_seconds(5, [&] {
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(run, t);
+    for (auto& t : pool) t.join();
+  });
+  return 3.0 * 8.0 * double(n) * threads / s / 1e9;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+}  // namespace
+
+MachinePeak measure_peak() {
+  MachinePeak p;
+  p.cores = std::max(1u, std::thread::hardware_concurrency());
+  p.simd = xsimd::default_arch::name();
+  p.cpu = cpu_model();
+  p.fp32_fma_gflops_core = fma_gflops_one_thread<float>();
+  p.fp64_fma_gflops_core = fma_gflops_one_thread<double>();
+  p.fp32_fma_gflops_all = fma_gflops_all<float>(p.cores);
+  p.fp64_fma_gflops_all = fma_gflops_all<double>(p.cores);
+  const int threads_before = blas_threads();
+  set_blas_threads(1);
+  p.sgemm_gflops_1024 = gemm_gflops<float>(1024);
+  p.sgemm_gflops_2048 = gemm_gflops<float>(2048);
+  p.dgemm_gflops_1024 = gemm_gflops<double>(1024);
+  p.dgemm_gflops_2048 = gemm_gflops<double>(2048);
+  set_blas_threads(threads_before);
+  p.triad_gbs_core = triad_gbs(1);
+  p.triad_gbs_all = triad_gbs(p.cores);
+  p.blas = blas_info();
+  return p;
+}
+
+std::string to_json(const MachinePeak& p) {
+  char buf[2048];
+  auto esc = [](const std::string& s) {
+    std::string r;
+    for (char c : s) r += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+    return r;
+  };
+  std::snprintf(buf, sizeof buf,
+                "{\"cpu\":\"%s\",\"cores\":%u,\"simd\":\"%s\",\"blas\":\"%s\","
+                "\"fp32_fma_gflops_core\":%.2f,\"fp32_fma_gflops_all\":%.2f,"
+                "\"fp64_fma_gflops_core\":%.2f,\"fp64_fma_gflops_all\":%.2f,"
+                "\"sgemm_gflops_1024\":%.2f,\"sgemm_gflops_2048\":%.2f,"
+                "\"dgemm_gflops_1024\":%.2f,\"dgemm_gflops_2048\":%.2f,"
+                "\"triad_gbs_core\":%.2f,\"triad_gbs_all\":%.2f}",
+                esc(p.cpu).c_str(), p.cores, esc(p.simd).c_str(), esc(p.blas).c_str(), p.fp32_fma_gflops_core,
+                p.fp32_fma_gflops_all, p.fp64_fma_gflops_core, p.fp64_fma_gflops_all, p.sgemm_gflops_1024,
+                p.sgemm_gflops_2048, p.dgemm_gflops_1024, p.dgemm_gflops_2048, p.triad_gbs_core, p.triad_gbs_all);
+  return buf;
+}
+
+}  // namespace attn

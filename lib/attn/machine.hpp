@@ -1,0 +1,31 @@
+// This machine's own measured limits, for the roofline of the reports:
+// FMA throughput (fp32, fp64) per core and for all cores, the linked BLAS's
+// single-thread GEMM rate, and the stream (triad) bandwidth. Measured, never
+// taken from a datasheet.
+#pragma once
+
+#include <string>
+
+namespace attn {
+
+struct MachinePeak {
+  double fp32_fma_gflops_core = 0, fp32_fma_gflops_all = 0;
+  double fp64_fma_gflops_core = 0, fp64_fma_gflops_all = 0;
+  double sgemm_gflops_1024 = 0, sgemm_gflops_2048 = 0;  // one thread
+  double dgemm_gflops_1024 = 0, dgemm_gflops_2048 = 0;
+  double triad_gbs_core = 0, triad_gbs_all = 0;  // a[i] = b[i] + s c[i], 3 x 8 bytes per element
+  unsigned cores = 0;
+  std::string simd;  // the vector instruction set the FMA probe used
+  std::string blas;  // blas_info()
+  std::string cpu;   // model name from /proc/cpuinfo
+};
+
+// Takes a few seconds: best of several repetitions of each probe.
+MachinePeak measure_peak();
+std::string to_json(const MachinePeak& p);
+
+// Threads OpenBLAS may use from now on (1 for single-thread measurements).
+void set_blas_threads(int n);
+int blas_threads();
+
+}  // namespace attn
