@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,46 +75,76 @@ std::string cap_message(std::size_t need, std::size_t cap) {
 
 std::size_t memory_cap = 0;
 
-template <class B, class S>
-void run_benchmark(benchmark::State& state, Shape shape, bool causal, int threads, bool cold) {
-  constexpr Accumulate P = default_accumulate<S>;
+// What a benchmark needs before its timed loop, prepared once: Google
+// Benchmark calls the function several times (to pick the iteration count),
+// and the validation against the reference costs more than the timing.
+template <class S>
+struct Prepared {
+  std::string skip;  // non-empty: why this benchmark cannot run
+  Inputs<S> in;
   Options opt;
-  if (causal) opt.mask = mask::Causal{};
-  const std::size_t model = B::template workspace_bytes<S, P>(shape, opt);
-  const std::size_t need = model + 2 * tensor_bytes<S>(shape);
-  if (need > memory_cap) return state.SkipWithError(cap_message(need, memory_cap).c_str());
+  std::size_t model = 0, peak = 0;
+  double err = 0, bound = 0;
+  bool exact_ref = false;
+};
+
+// One slot: the runs of a benchmark are consecutive, so only the current one is kept.
+struct Slot {
+  std::string key;
+  std::shared_ptr<void> data;
+};
+Slot slot;
+
+template <class B, class S>
+const Prepared<S>& prepare(const std::string& key, const Shape& shape, bool causal) {
+  if (slot.key == key) return *static_cast<const Prepared<S>*>(slot.data.get());
+  slot = {};
+  auto p = std::make_shared<Prepared<S>>();
+  constexpr Accumulate P = default_accumulate<S>;
+  if (causal) p->opt.mask = mask::Causal{};
+  p->model = B::template workspace_bytes<S, P>(shape, p->opt);
+  const std::size_t need = p->model + 2 * tensor_bytes<S>(shape);
+  if (need > memory_cap) p->skip = cap_message(need, memory_cap);
   if constexpr (requires { B::exact; })
-    if (reference_cost(shape) > reference_budget)
-      return state.SkipWithError("the 50-digit reference is not affordable at this size");
+    if (reference_cost(shape) > reference_budget) p->skip = "the 50-digit reference is not affordable at this size";
+  if (p->skip.empty()) {
+    // Inputs: random (never zeros), fixed seed, rounded to storage, touched here.
+    p->in = convert_inputs<S>(random_inputs(shape, /*seed=*/42));
+    const Inputs<double> seen = convert_inputs<double>(p->in);
+    validate(p->in, p->opt);
+    // One cold call with the heap watched: its high-water mark is the peak.
+    Workspace ws;
+    heap::Watch watch;
+    const Result<S> r = B::template run<S, P>(p->in, p->opt, ws);
+    p->peak = watch.peak_growth();
+    // Its output against the reference, within the derived bound.
+    p->exact_ref = reference_cost(shape) <= reference_budget;
+    const Result<double> ref = p->exact_ref ? backends::reference_attention(seen, p->opt)
+                                            : backends::Blocked::run<double, Accumulate::fp64>(seen, p->opt, ws);
+    p->err = compare(convert_tensor<double>(r.out), ref.out, precision_traits<S>::unit_roundoff).max_abs;
+    p->bound = error_bound(seen, p->opt, accumulation_unit_roundoff<B, S, P>(), precision_traits<S>::unit_roundoff).out;
+    // Against blocked fp64, that reference's own error counts too.
+    const double tolerance = p->bound + (p->exact_ref ? 0 : error_bound(seen, p->opt, 0x1p-53, 0x1p-53).out);
+    if (!(p->err <= tolerance))
+      p->skip = "output error " + std::to_string(p->err) + " exceeds the derived bound " + std::to_string(tolerance);
+  }
+  slot = {key, p};
+  return *p;
+}
+
+template <class B, class S>
+void run_benchmark(benchmark::State& state, const std::string& key, Shape shape, bool causal, int threads,
+                   bool cold) {
+  constexpr Accumulate P = default_accumulate<S>;
+  const Prepared<S>& p = prepare<B, S>(key, shape, causal);
+  if (!p.skip.empty()) return state.SkipWithError(p.skip.c_str());
   set_blas_threads(threads);
-
-  // Inputs: random (never zeros), fixed seed, rounded to storage and touched before timing.
-  const Inputs<double> in64 = random_inputs(shape, /*seed=*/42);
-  const Inputs<S> in = convert_inputs<S>(in64);
-  const Inputs<double> seen = convert_inputs<double>(in);
-  validate(in, opt);
-
-  // One cold call with the heap watched: its high-water mark is the peak.
-  Workspace ws;
-  heap::Watch watch;
-  Result<S> r = B::template run<S, P>(in, opt, ws);
-  const std::size_t peak = watch.peak_growth();
-
-  // Validate once against the reference before timing.
-  const bool exact_ref = reference_cost(shape) <= reference_budget;
-  const Result<double> ref = exact_ref ? backends::reference_attention(seen, opt)
-                                       : backends::Blocked::run<double, Accumulate::fp64>(seen, opt, ws);
-  const double err = compare(convert_tensor<double>(r.out), ref.out, precision_traits<S>::unit_roundoff).max_abs;
-  const ErrorBound bound = error_bound(seen, opt, accumulation_unit_roundoff<B, S, P>(), precision_traits<S>::unit_roundoff);
-  const double tolerance = bound.out + (exact_ref ? 0 : 2 * error_bound(seen, opt, 0x1p-53, 0x1p-53).out);
-  if (!(err <= tolerance))
-    return state.SkipWithError(("output error " + std::to_string(err) + " exceeds the derived bound " +
-                                std::to_string(tolerance))
-                                   .c_str());
 
   // Rates come from the wall time of the calls themselves (OpenBLAS threads
   // would make CPU time misleading); measured here rather than with
   // UseRealTime(), which would append "/real_time" to the stable names.
+  Workspace ws;
+  Result<S> r = B::template run<S, P>(p.in, p.opt, ws);  // warm: workspace and output touched
   double wall = 0;
   for (auto _ : state) {
     if (cold) {
@@ -123,7 +154,7 @@ void run_benchmark(benchmark::State& state, Shape shape, bool causal, int thread
       state.ResumeTiming();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    r = B::template run<S, P>(in, opt, ws);
+    r = B::template run<S, P>(p.in, p.opt, ws);
     benchmark::DoNotOptimize(r.out.data());
     benchmark::ClobberMemory();
     wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -135,11 +166,11 @@ void run_benchmark(benchmark::State& state, Shape shape, bool causal, int thread
   state.counters["seconds_per_call"] = wall / calls;
   state.counters["FLOP/s"] = flops(shape, causal) * calls / wall;
   state.counters["qkvo_bytes/s"] = double(tensor_bytes<S>(shape)) * calls / wall;
-  state.counters["workspace_model_bytes"] = double(model);
-  state.counters["peak_heap_bytes"] = double(peak);
-  state.counters["max_abs_error"] = err;
-  state.counters["error_bound"] = bound.out;
-  state.counters["error_ref_digits"] = exact_ref ? 50 : 16;
+  state.counters["workspace_model_bytes"] = double(p.model);
+  state.counters["peak_heap_bytes"] = double(p.peak);
+  state.counters["max_abs_error"] = p.err;
+  state.counters["error_bound"] = p.bound;
+  state.counters["error_ref_digits"] = p.exact_ref ? 50 : 16;
   state.counters["blas_threads"] = threads;
 }
 
@@ -158,7 +189,7 @@ void add(const Profile& prof, std::string_view family, const Shape& s, bool caus
   const std::string name =
       name_of(family, B::name, precision_traits<S>::name, causal, threads, s, cross);
   auto* b = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-    run_benchmark<B, S>(st, s, causal, threads, cold);
+    run_benchmark<B, S>(st, name, s, causal, threads, cold);
   });
   b->Unit(benchmark::kMillisecond);
 }
