@@ -7,7 +7,7 @@
 // Counters: FLOP/s (4 B H n_q n_kv d, halved for causal), bytes of Q/K/V/O
 // per second, the model's workspace bytes, the measured peak heap of one
 // cold call, and the error against the reference (50 digits where
-// affordable, else the blocked backend in fp64: error_ref_digits says which).
+// affordable, else the compensated double reference: error_ref_digits 50 or 16).
 // Each benchmark validates its output against the derived bound before
 // timing and skips with an error on a mismatch; a size whose workspace and
 // tensors exceed the memory cap is skipped with the bytes it would need.
@@ -33,6 +33,9 @@ namespace {
 
 struct Profile {
   std::vector<std::size_t> n, d, cross_n_kv;
+  // Extra fp32, non-causal, 1-thread points for the scaling report:
+  // n at d_other, and d at n_other.
+  std::vector<std::size_t> scaling_n = {}, scaling_d = {};
   std::vector<bool> causal;
   bool all_precisions_everywhere;           // else fp32 everywhere, others at n_other only
   std::size_t n_other = 1024, d_other = 64;  // where the non-fp32 precisions run in a reduced profile
@@ -41,11 +44,11 @@ struct Profile {
 
 Profile profile(const std::string& name) {
   if (name == "full")
-    return {{128, 256, 512, 1024, 2048, 4096, 8192, 16384}, {32, 64, 128, 256}, {1024, 4096, 16384, 65536},
+    return {{128, 256, 512, 1024, 2048, 4096, 8192, 16384}, {32, 64, 128, 256}, {1024, 4096, 16384, 65536}, {}, {},
             {false, true}, true};
-  if (name == "quick") return {{1024, 4096}, {64, 128}, {4096, 65536}, {false, true}, false};
+  if (name == "quick") return {{1024, 4096}, {64, 128}, {4096, 65536}, {256, 512, 2048}, {32, 256}, {false, true}, false};
   if (name == "smoke") {
-    Profile p{{128}, {32}, {256}, {false, true}, true};
+    Profile p{{128}, {32}, {256}, {}, {}, {false, true}, true};
     p.n_other = 128;
     p.d_other = 32;
     p.thread_n = 128;
@@ -55,13 +58,10 @@ Profile profile(const std::string& name) {
   std::exit(2);
 }
 
-// The reference costs about 1 us per multiply-add in 50 digits: affordable
-// while B H n_q n_kv (d_k + d_v + 100) stays under this.
+// The 50-digit reference (about 1 us per multiply-add) is affordable while
+// backends::reference_cost stays under this; beyond, the compensated one.
 constexpr double reference_budget = 4e6;
-
-double reference_cost(const Shape& s) {
-  return double(s.batch * s.heads * s.n_q * s.n_kv) * double(s.d_k + s.d_v + 100);
-}
+using backends::reference_cost;
 
 template <class S>
 std::size_t tensor_bytes(const Shape& s) {
@@ -118,12 +118,11 @@ const Prepared<S>& prepare(const std::string& key, const Shape& shape, bool caus
     const Result<S> r = B::template run<S, P>(p->in, p->opt, ws);
     p->peak = watch.peak_growth();
     // Its output against the reference, within the derived bound.
-    p->exact_ref = reference_cost(shape) <= reference_budget;
-    const Result<double> ref = p->exact_ref ? backends::reference_attention(seen, p->opt)
-                                            : backends::Blocked::run<double, Accumulate::fp64>(seen, p->opt, ws);
-    p->err = compare(convert_tensor<double>(r.out), ref.out, precision_traits<S>::unit_roundoff).max_abs;
+    const backends::GroundTruth truth = backends::ground_truth(seen, p->opt, reference_budget);
+    p->exact_ref = truth.exact;
+    p->err = compare(convert_tensor<double>(r.out), truth.result.out, precision_traits<S>::unit_roundoff).max_abs;
     p->bound = error_bound(seen, p->opt, accumulation_unit_roundoff<B, S, P>(), precision_traits<S>::unit_roundoff).out;
-    // Against blocked fp64, that reference's own error counts too.
+    // Against the compensated reference, its own error (a few double roundings) counts too.
     const double tolerance = p->bound + (p->exact_ref ? 0 : error_bound(seen, p->opt, 0x1p-53, 0x1p-53).out);
     if (!(p->err <= tolerance))
       p->skip = "output error " + std::to_string(p->err) + " exceeds the derived bound " + std::to_string(tolerance);
@@ -184,7 +183,7 @@ std::string name_of(std::string_view family, std::string_view backend, std::stri
 }
 
 template <class B, class S>
-void add(const Profile& prof, std::string_view family, const Shape& s, bool causal, int threads, bool cross,
+void add(const Profile&, std::string_view family, const Shape& s, bool causal, int threads, bool cross,
          bool cold) {
   const std::string name =
       name_of(family, B::name, precision_traits<S>::name, causal, threads, s, cross);
@@ -204,12 +203,20 @@ void register_all(const Profile& prof) {
         for (std::size_t d : prof.d) {
           if (!fp32 && !prof.all_precisions_everywhere && (n != prof.n_other || d != prof.d_other)) continue;
           for (bool causal : prof.causal) {
+            // Reduced profiles: causal and threads:2 at d_other only.
+            if (causal && !prof.all_precisions_everywhere && d != prof.d_other) continue;
             add<B, S>(prof, "attn", {1, 1, n, n, d, d}, causal, 1, false, false);
             if constexpr (requires { B::uses_blas; })
-              if (prof.all_precisions_everywhere || (fp32 && n == prof.thread_n))
+              if (prof.all_precisions_everywhere || (fp32 && n == prof.thread_n && d == prof.d_other))
                 add<B, S>(prof, "attn", {1, 1, n, n, d, d}, causal, 2, false, false);
           }
         }
+      if (fp32) {
+        for (std::size_t n : prof.scaling_n)
+          add<B, S>(prof, "attn", {1, 1, n, n, prof.d_other, prof.d_other}, false, 1, false, false);
+        for (std::size_t d : prof.scaling_d)
+          add<B, S>(prof, "attn", {1, 1, prof.n_other, prof.n_other, d, d}, false, 1, false, false);
+      }
       if (!fp32 && !prof.all_precisions_everywhere) return;
       for (std::size_t n_kv : prof.cross_n_kv)
         add<B, S>(prof, "attn", {1, 1, 64, n_kv, prof.d_other, prof.d_other}, false, 1, true, false);
@@ -241,9 +248,10 @@ int main(int argc, char** argv) {
     else if (a == "--help") {
       std::printf(
           "attn-bench [--profile smoke|quick|full] [--memory-cap BYTES] [Google Benchmark flags]\n"
-          "  quick: fp32 at n = 1024, 4096 and d = 64, 128 (none/causal), other precisions at n = 1024,\n"
-          "         d = 64, threads:2 for BLAS backends at n = 4096, cross-attention n_q = 64 over\n"
-          "         n_kv = 4096, 65536, and one cold-call family; full: every precision at\n"
+          "  quick: fp32 at n = 1024, 4096 and d = 64, 128 (causal too at d = 64), fp32 at n = 256,\n"
+          "         512, 2048 (d = 64) and d = 32, 256 (n = 1024) for the scaling report, other\n"
+          "         precisions at n = 1024, d = 64, threads:2 for BLAS backends at n = 4096, d = 64,\n"
+          "         cross-attention n_q = 64 over n_kv = 4096, 65536, one cold-call family; full: every precision at\n"
           "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32 (with --benchmark_min_time=0:\n"
           "         one iteration each).\n"
           "  The memory cap defaults to a quarter of RAM. Example:\n"

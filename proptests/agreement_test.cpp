@@ -163,6 +163,27 @@ TEST(BlockSizes, ResultsDependOnBlockSizeOnlyThroughRounding) {
   }
 }
 
+// The compensated double-double reference against 50 digits. Its dots and
+// sums carry ~106 bits; exp is double's (<= 1 ulp = 2u, u = 2^-53), so each
+// e_j and the row sum l are within 2u relative, each weight e_j / l within
+// 4u, the output sum_j p_j v_j within 4u max|v|, and its rounding to double
+// adds u |o|: 5u max|v| in all, at any n.
+TEST(Reference, CompensatedDoubleMatchesFiftyDigitsWithinFiveUnits) {
+  for (const Problem& p : problems()) {
+    const Inputs<double> in = random_inputs(p.shape, p.seed, p.logit_scale);
+    Options opt;
+    opt.mask = p.mask;
+    const Result<double> exact = backends::reference_attention(in, opt);
+    const Result<double> comp = backends::compensated_reference_attention(in, opt);
+    double max_v = 0;
+    for (double x : in.v) max_v = std::max(max_v, std::fabs(x));
+    const ErrorStats e = compare(comp.out, exact.out, 0x1p-53);
+    EXPECT_LE(e.max_abs, 5 * 0x1p-53 * max_v) << p.name;
+    std::printf("%-50s compensated vs 50 digits: %.3g (%.2f u max|v|)\n", p.name.c_str(), e.max_abs,
+                e.max_abs / (0x1p-53 * max_v));
+  }
+}
+
 // The same call twice gives the same bits; a reused workspace changes nothing.
 TEST(Determinism, RepeatedCallsAreBitwiseIdentical) {
   const Inputs<float> in = convert_inputs<float>(random_inputs({1, 2, 45, 61, 16, 16}, 301));

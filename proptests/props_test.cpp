@@ -11,6 +11,7 @@
 
 #include <cstdio>
 
+#include "attn/studies.hpp"
 #include "mutants.hpp"
 #include "properties.hpp"
 
@@ -105,48 +106,24 @@ TEST(Regressions, PermutedNearLimitInputsAreNotRescreened) {
 
 // Mean entropy of softmax over 10 keys for 1000 independent (query, keys)
 // draws with iid N(0, 1) entries, at d_k = 8, 32, 128, 512, through every
-// backend in fp32. Without the scale the mean entropy falls at every step by
-// more than 5 standard errors of the difference; with it, the spread across
-// d_k stays below 5% of the unscaled fall (the notes: "nearly flat").
+// backend in fp32 (attn::entropy_study). Without the scale the mean entropy
+// falls at every step by more than 5 standard errors of the difference; with
+// it, the spread across d_k stays below 5% of the unscaled fall ("nearly flat").
 TEST(Scaling, E7EntropyFallsWithoutTheScaleAndStaysFlatWithIt) {
-  const std::size_t draws = 1000, keys = 10;
-  const std::size_t dims[] = {8, 32, 128, 512};
   for (const BackendHandle& b : registered_backends()) {
-    std::vector<double> raw_mean, raw_se, scaled_mean;
-    for (std::size_t d : dims) {
-      const Inputs<double> in = random_inputs({draws, 1, 1, keys, d, 1}, /*seed=*/700 + d);
-      for (const bool scaled : {false, true}) {
-        Options opt;
-        opt.need_weights = true;
-        if (!scaled) opt.scale = 1.0;
-        const RunReport r = b.run("fp32", Accumulate::fp32, in, opt, {}, 0);
-        double sum = 0, sum2 = 0;
-        for (std::size_t i = 0; i < draws; ++i) {
-          double h = 0;
-          for (std::size_t j = 0; j < keys; ++j) {
-            const double p = (*r.weights)(i, 0, 0, j);
-            if (p > 0) h -= p * std::log(p);
-          }
-          sum += h;
-          sum2 += h * h;
-        }
-        const double mean = sum / draws, se = std::sqrt((sum2 / draws - mean * mean) / (draws - 1));
-        if (scaled) {
-          scaled_mean.push_back(mean);
-        } else {
-          raw_mean.push_back(mean);
-          raw_se.push_back(se);
-        }
-      }
-    }
-    std::printf("%-10s d_k:", std::string(b.name).c_str());
-    for (std::size_t i = 0; i < 4; ++i)
-      std::printf("  %zu: H=%.3f (scaled %.3f)", dims[i], raw_mean[i], scaled_mean[i]);
+    const auto rows = entropy_study(b, "fp32", {8, 32, 128, 512}, 1000, 10, /*seed=*/700);
+    std::printf("%-10s", std::string(b.name).c_str());
+    for (const auto& r : rows) std::printf("  d_k %zu: H=%.3f (scaled %.3f)", r.d, r.raw_mean, r.scaled_mean);
     std::printf("\n");
-    for (std::size_t i = 0; i + 1 < 4; ++i)
-      EXPECT_LT(raw_mean[i + 1], raw_mean[i] - 5 * std::hypot(raw_se[i], raw_se[i + 1])) << b.name << " d_k " << dims[i + 1];
-    const auto [lo, hi] = std::minmax_element(scaled_mean.begin(), scaled_mean.end());
-    EXPECT_LT(*hi - *lo, 0.05 * (raw_mean.front() - raw_mean.back())) << b.name;
+    double lo = rows[0].scaled_mean, hi = lo;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      lo = std::min(lo, rows[i].scaled_mean);
+      hi = std::max(hi, rows[i].scaled_mean);
+      if (i + 1 < rows.size())
+        EXPECT_LT(rows[i + 1].raw_mean, rows[i].raw_mean - 5 * std::hypot(rows[i].raw_se, rows[i + 1].raw_se))
+            << b.name << " d_k " << rows[i + 1].d;
+    }
+    EXPECT_LT(hi - lo, 0.05 * (rows.front().raw_mean - rows.back().raw_mean)) << b.name;
   }
 }
 

@@ -128,13 +128,12 @@ xt::xtensor<double, 2> load_npy_2d(const std::string& path, const std::string& w
   return load_rank<2>(path, what);
 }
 
-template <std::size_t N>
-void save_npy_atomic(const std::string& path, const xt::xtensor<double, N>& t) {
+void write_file_atomic(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error("cannot write " + path + " (cannot create " + tmp + ")");
-    out << xt::dump_npy(t);
+    out << contents;
     out.flush();
     if (!out) {
       std::remove(tmp.c_str());
@@ -145,6 +144,11 @@ void save_npy_atomic(const std::string& path, const xt::xtensor<double, N>& t) {
     std::remove(tmp.c_str());
     throw Error("cannot write " + path + " (rename from " + tmp + " failed)");
   }
+}
+
+template <std::size_t N>
+void save_npy_atomic(const std::string& path, const xt::xtensor<double, N>& t) {
+  write_file_atomic(path, xt::dump_npy(t));
 }
 template void save_npy_atomic(const std::string&, const xt::xtensor<double, 1>&);
 template void save_npy_atomic(const std::string&, const xt::xtensor<double, 2>&);

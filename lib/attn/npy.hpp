@@ -17,6 +17,11 @@ xt::xtensor<double, 4> load_npy(const std::string& path, const std::string& what
 xt::xtensor<double, 1> load_npy_1d(const std::string& path, const std::string& what);
 xt::xtensor<double, 2> load_npy_2d(const std::string& path, const std::string& what);
 
+// Writes `contents` to a temporary file beside `path`, then renames it over
+// `path`: readers never see a half-written file; on failure the old file
+// stays and the temporary is removed. Throws Error naming the path.
+void write_file_atomic(const std::string& path, const std::string& contents);
+
 // Writes float64 .npy to a temporary file beside `path`, then renames it
 // over `path`: a reader never sees a half-written file, and a failure
 // leaves what was there before.

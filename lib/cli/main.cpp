@@ -12,6 +12,7 @@
 #include "attn/metrics.hpp"
 #include "attn/npy.hpp"
 #include "attn/random.hpp"
+#include "attn/studies.hpp"
 #include "attn/registry.hpp"
 #include "cli/args.hpp"
 
@@ -26,9 +27,17 @@ usage:
   attn-lab attend [options]  run one backend on .npy files or random tensors
   attn-lab demo [--seed S]   the worked examples (EXAMPLES.md) and one random problem
                              through every backend and precision, as a table
-  attn-lab peak [--json]     this machine's measured peaks: FMA GFLOP/s (fp32, fp64) per core
-                             and for all cores, single-thread BLAS GEMM at n = 1024 and 2048,
+  attn-lab peak [--json] [--out FILE]
+                             this machine's measured peaks: FMA GFLOP/s (fp32, fp64) for one
+                             thread and all, single-thread BLAS GEMM at n = 1024 and 2048,
                              stream triad bandwidth (takes about half a minute)
+  attn-lab accuracy [--profile quick|full] --out FILE.json
+                             error of every backend x precision x accumulation against the
+                             ground truth (50 digits where affordable, else the compensated
+                             double-double reference) over n, d_k, mask and logit scale
+  attn-lab entropy [--backend B] [--precision P] [--draws N] --out FILE.json
+                             EXAMPLES.md E7: mean softmax entropy with and without the
+                             1/sqrt(d_k) scale, and var(q.k), over d_k = 8 ... 1024
   attn-lab --help
 
 attend, inputs (one of):
@@ -318,12 +327,13 @@ int demo(const std::vector<std::string>& argv) {
 }
 
 int peak(const std::vector<std::string>& argv) {
-  const Args args(argv, {}, {"--json", "--help"});
+  const Args args(argv, {"--out"}, {"--json", "--help"});
   if (args.flag("--help")) {
     std::cout << kHelp;
     return 0;
   }
   const MachinePeak p = measure_peak();
+  if (args.has("--out")) write_file_atomic(args.str("--out"), to_json(p) + "\n");
   if (args.flag("--json")) {
     std::cout << to_json(p) << "\n";
     return 0;
@@ -335,6 +345,36 @@ int peak(const std::vector<std::string>& argv) {
   std::printf("dgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.dgemm_gflops_1024, p.dgemm_gflops_2048);
   std::printf("triad            %8.1f GB/s one core, %8.1f all cores\n", p.triad_gbs_core, p.triad_gbs_all);
   std::printf("BLAS             %s\n", p.blas.c_str());
+  return 0;
+}
+
+int accuracy(const std::vector<std::string>& argv) {
+  const Args args(argv, {"--profile", "--out"}, {"--help"});
+  if (args.flag("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  if (!args.has("--out")) throw Error("accuracy needs --out FILE.json");
+  const auto problems = accuracy_problems(args.str("--profile", "quick"));
+  const std::string json =
+      accuracy_sweep_json(problems, [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); });
+  write_file_atomic(args.str("--out"), json);
+  return 0;
+}
+
+int entropy(const std::vector<std::string>& argv) {
+  const Args args(argv, {"--backend", "--precision", "--draws", "--out"}, {"--help"});
+  if (args.flag("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  if (!args.has("--out")) throw Error("entropy needs --out FILE.json");
+  const std::string backend = args.str("--backend", "naive"), precision = args.str("--precision", "fp64");
+  const std::size_t draws = args.count("--draws", 2000);
+  if (draws < 2) throw Error("--draws must be at least 2");
+  const std::vector<std::size_t> dims = {8, 16, 32, 64, 128, 256, 512, 1024};
+  const auto rows = entropy_study(backend_by_name(backend), precision, dims, draws, 10, /*seed=*/700);
+  write_file_atomic(args.str("--out"), entropy_json(rows, backend, precision, draws, 10, 700));
   return 0;
 }
 
@@ -354,8 +394,10 @@ int main(int argc, char** argv) {
     if (command == "attend") return attend(rest);
     if (command == "demo") return demo(rest);
     if (command == "peak") return peak(rest);
-    throw attn::Error(command.empty() ? "no command given (attend, list, demo, peak; see --help)"
-                                      : "unknown command '" + command + "' (attend, list, demo, peak; see --help)");
+    if (command == "accuracy") return accuracy(rest);
+    if (command == "entropy") return entropy(rest);
+    throw attn::Error(command.empty() ? "no command given (attend, list, demo, peak, accuracy, entropy; see --help)"
+                                      : "unknown command '" + command + "' (attend, list, demo, peak, accuracy, entropy; see --help)");
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "attn-lab: %s\n", e.what());
     return 2;

@@ -26,4 +26,21 @@ struct Reference {
 // returns weights and logsumexp.
 Result<double> reference_attention(const Inputs<double>& in, const Options& opt);
 
+// The same algorithm with double-double sums and dots (double_double.hpp):
+// accurate to a few units of double rounding at any n, about 20x cheaper
+// than 50 digits. Always returns weights and logsumexp.
+Result<double> compensated_reference_attention(const Inputs<double>& in, const Options& opt);
+
+// What the 50-digit reference costs, in multiply-add equivalents (an exp is
+// about 100): B H n_q n_kv (d_k + d_v + 100); about 1 us each here.
+double reference_cost(const Shape& s);
+
+// The ground truth of every comparison: 50 digits while reference_cost <=
+// budget, the compensated double reference beyond.
+struct GroundTruth {
+  Result<double> result;
+  bool exact = true;  // 50 digits; false: compensated double
+};
+GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double budget = 4e6);
+
 }  // namespace attn::backends

@@ -1,0 +1,48 @@
+// The sweeps behind the reports: accuracy of every backend x precision x
+// accumulation against the ground truth, and the E7 entropy study. Each
+// writes JSON that scripts/report.py reads; progress goes to a callback.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attn/registry.hpp"
+
+namespace attn {
+
+using Progress = std::function<void(const std::string&)>;
+
+struct AccuracyProblem {
+  std::size_t n = 64, d = 64;  // n_q = n_kv = n, d_k = d_v = d
+  bool causal = false;
+  double logit_scale = 1;
+};
+
+// "quick": n = 16 ... 1024 at d = 64, none/causal, logit scales 1, 10, 100,
+// 1000, plus d = 16 and 256 at n = 256; "full": n = 16 ... 4096, d = 32,
+// 64, 128. Throws Error for another name.
+std::vector<AccuracyProblem> accuracy_problems(const std::string& profile);
+
+// Every registered backend except the reference, every precision and
+// policy, on each problem (seeded 1000 + index), against the ground truth of
+// the inputs rounded to that precision. One JSON object per line of
+// "points", plus the settings.
+std::string accuracy_sweep_json(const std::vector<AccuracyProblem>& problems, const Progress& progress);
+
+struct EntropyRow {
+  std::size_t d = 0;
+  double raw_mean = 0, raw_se = 0, scaled_mean = 0, scaled_se = 0;  // mean softmax entropy (nats), standard error
+  double var_qk = 0, var_qk_scaled = 0;                               // sample variance of q.k and q.k / sqrt(d)
+};
+
+// EXAMPLES.md E7: `draws` independent (query, `keys` keys) with iid N(0, 1)
+// entries per d, through backend `b` in `precision`: the mean entropy of
+// softmax(q.k) and of softmax(q.k / sqrt(d)), and the variances of the scores.
+std::vector<EntropyRow> entropy_study(const BackendHandle& b, std::string_view precision,
+                                      const std::vector<std::size_t>& dims, std::size_t draws, std::size_t keys,
+                                      std::uint64_t seed);
+std::string entropy_json(const std::vector<EntropyRow>& rows, std::string_view backend, std::string_view precision,
+                         std::size_t draws, std::size_t keys, std::uint64_t seed);
+
+}  // namespace attn

@@ -1,0 +1,423 @@
+#!/usr/bin/python3
+"""Turns the JSON of one run (attn-lab peak, attn-bench, attn-lab accuracy,
+attn-lab entropy) into Markdown reports with SVG figures.
+
+    scripts/report.py --data DIR --out-root reports [--command "scripts/run"]
+
+DIR holds peak.json, bench.json (Google Benchmark's format), accuracy.json,
+entropy.json and build.json. The run is written to reports/runs/<stamp>/
+through a temporary folder renamed when complete, so an interrupted or
+failed run leaves no half report; reports/latest then points at it. The
+script reads only JSON; every figure's paragraph is written from the numbers.
+"""
+import argparse
+import datetime
+import json
+import math
+import os
+import shutil
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+INPUTS = ["peak.json", "bench.json", "accuracy.json", "entropy.json", "build.json"]
+BENCH_NAME_KEYS = ("family", "backend", "precision", "causal", "threads")
+
+
+class ReportError(Exception):
+    """An input the report cannot be made from: one line, naming the file."""
+
+
+def load(data_dir, name):
+    path = os.path.join(data_dir, name)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise ReportError(f"{name}: missing in {data_dir}")
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{name}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})")
+
+
+def require(obj, keys, where):
+    for k in keys:
+        if k not in obj:
+            raise ReportError(f"{where}: missing field '{k}'")
+
+
+def parse_bench_name(name):
+    """attn/<backend>/<precision>/causal:<c>/threads:<t>/n:<n>/d:<d> (or n_q:/n_kv:) -> dict."""
+    parts = name.split("/")
+    if len(parts) < 7 or parts[0] not in ("attn", "attn_cold"):
+        return None
+    row = {"family": parts[0], "backend": parts[1], "precision": parts[2]}
+    for p in parts[3:]:
+        if ":" not in p:
+            return None
+        k, v = p.split(":", 1)
+        row[k] = int(v)
+    return row
+
+
+def fit_exponent(xs, ys):
+    """Least-squares slope of log y against log x."""
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y > 0]
+    if len(pts) < 2:
+        return float("nan")
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx > 0 else float("nan")
+
+
+def savefig(fig, folder, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(folder, name), format="svg")
+    plt.close(fig)
+    return name
+
+
+def fmt_bytes(b):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(b) < 1024 or unit == "GiB":
+            return f"{b:.1f} {unit}" if unit != "B" else f"{int(b)} B"
+        b /= 1024
+
+
+# --- The reports ------------------------------------------------------------------
+
+
+def bench_rows(bench):
+    require(bench, ["benchmarks", "context"], "bench.json")
+    rows = []
+    for b in bench["benchmarks"]:
+        meta = parse_bench_name(b.get("name", ""))
+        if meta is None or b.get("error_occurred"):
+            continue
+        for k in ("seconds_per_call", "FLOP/s", "peak_heap_bytes", "workspace_model_bytes"):
+            if not isinstance(b.get(k), (int, float)):
+                raise ReportError(f"bench.json: {b['name']} lacks counter '{k}'")
+        meta.update({k: b[k] for k in ("seconds_per_call", "FLOP/s", "peak_heap_bytes", "workspace_model_bytes")})
+        rows.append(meta)
+    if not rows:
+        raise ReportError("bench.json: no benchmark that ran")
+    return rows
+
+
+def series(rows, x, **fixed):
+    """{backend: [(x, row)]} over rows matching `fixed`, sorted by x."""
+    out = {}
+    for r in rows:
+        if r.get("family") != "attn" or "n" not in r or any(r.get(k) != v for k, v in fixed.items()):
+            continue
+        out.setdefault(r["backend"], []).append((r[x], r))
+    return {b: sorted(v, key=lambda t: t[0]) for b, v in out.items()}
+
+
+def scaling_report(rows, peak, folder):
+    by_n = series(rows, "n", precision="fp32", causal=0, threads=1, d=64)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fits = {}
+    for b, pts in sorted(by_n.items()):
+        ns = [p[0] for p in pts]
+        ts = [p[1]["seconds_per_call"] for p in pts]
+        fits[b] = (fit_exponent(ns, ts), ns)
+        ax.loglog(ns, ts, "o-", label=f"{b} (exponent {fits[b][0]:.2f})")
+    ax.set_xlabel("n (n_q = n_kv)")
+    ax.set_ylabel("seconds per call")
+    ax.set_title("time vs n: fp32, d = 64, no mask, 1 thread")
+    ax.legend(fontsize=8)
+    f1 = savefig(fig, folder, "scaling_n.svg")
+
+    by_d = series(rows, "d", precision="fp32", causal=0, threads=1, n=1024)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    dfits = {}
+    for b, pts in sorted(by_d.items()):
+        ds = [p[0] for p in pts]
+        ts = [p[1]["seconds_per_call"] for p in pts]
+        dfits[b] = fit_exponent(ds, ts)
+        ax.loglog(ds, ts, "o-", label=f"{b} (exponent {dfits[b]:.2f})")
+    ax.set_xlabel("d_k = d_v")
+    ax.set_ylabel("seconds per call")
+    ax.set_title("time vs d: fp32, n = 1024, no mask, 1 thread")
+    ax.legend(fontsize=8)
+    f2 = savefig(fig, folder, "scaling_d.svg")
+
+    fp32_peak = peak["fp32_fma_gflops_core"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    roof = {}
+    for b, pts in sorted(by_n.items()):
+        fr = [p[1]["FLOP/s"] / 1e9 / fp32_peak for p in pts]
+        roof[b] = max(fr)
+        ax.semilogx([p[0] for p in pts], fr, "o-", label=b)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("n")
+    ax.set_ylabel("fraction of measured fp32 FMA peak (one thread)")
+    ax.set_title(f"roofline: peak {fp32_peak:.1f} GFLOP/s measured in this run")
+    ax.legend(fontsize=8)
+    f3 = savefig(fig, folder, "roofline.svg")
+
+    lines = ["# Scaling", "", f"![time vs n]({f1})", ""]
+    desc = "; ".join(f"{b}'s time grows with exponent {e:.2f} over n = {min(ns)} ... {max(ns)}"
+                     for b, (e, ns) in sorted(fits.items()))
+    lines += [f"Fitted on a log-log least-squares line: {desc}. Work quadratic in n would give 2.0.", ""]
+    lines += [f"![time vs d]({f2})", ""]
+    lines += ["At n = 1024, time against d: " + "; ".join(f"{b} exponent {e:.2f}" for b, e in sorted(dfits.items()))
+              + ". The products grow linearly in d (exponent 1); the n^2 exponentials do not grow with d, so "
+              "an exponent below 1 measures how much of the time they take.", ""]
+    lines += [f"![roofline]({f3})", ""]
+    best = max(roof.items(), key=lambda t: t[1])
+    lines += [f"GFLOP/s (4 n^2 d per head) as a fraction of this machine's fp32 FMA peak of {fp32_peak:.1f} "
+              f"GFLOP/s for one thread, measured by `attn-lab peak` in the same run. The best is {best[0]} at "
+              f"{100 * best[1]:.0f}%: " + ", ".join(f"{b} {100 * v:.0f}%" for b, v in sorted(roof.items())) + ".", ""]
+    lines += ["| backend | n | d | ms per call | GFLOP/s |", "|---|---:|---:|---:|---:|"]
+    for b, pts in sorted(by_n.items()):
+        for n, r in pts:
+            lines.append(f"| {b} | {n} | 64 | {1e3 * r['seconds_per_call']:.2f} | {r['FLOP/s'] / 1e9:.1f} |")
+    return "\n".join(lines) + "\n", {b: e for b, (e, _) in fits.items()}
+
+
+def memory_report(rows, folder):
+    by_n = series(rows, "n", precision="fp32", causal=0, threads=1, d=64)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fits = {}
+    for b, pts in sorted(by_n.items()):
+        ns = [p[0] for p in pts]
+        peak = [p[1]["peak_heap_bytes"] for p in pts]
+        model = [p[1]["workspace_model_bytes"] for p in pts]
+        fits[b] = (fit_exponent(ns, peak), fit_exponent(ns, model))
+        line, = ax.loglog(ns, peak, "o-", label=f"{b} measured (exponent {fits[b][0]:.2f})")
+        ax.loglog(ns, model, "--", color=line.get_color(), lw=0.9, label=f"{b} workspace model")
+    # EXAMPLES.md E6: an explicit fp16 score matrix, 2 MiB at n = 1024 and 8 MiB at 2048.
+    ax.loglog([1024, 2048], [2 * 2**20, 8 * 2**20], "k*", ms=11, label="E6: fp16 n x n scores (2 -> 8 MiB)")
+    ax.set_xlabel("n")
+    ax.set_ylabel("bytes")
+    ax.set_title("peak heap of one call vs n: fp32, d = 64")
+    ax.legend(fontsize=7)
+    f1 = savefig(fig, folder, "memory_n.svg")
+    lines = ["# Memory", "", f"![memory vs n]({f1})", ""]
+    lines += ["Measured peak heap of one cold call (counting allocator: workspace, output, everything the call "
+              "allocates) against each backend's own workspace model (dashed). Fitted exponents of the measured "
+              "peak in n: " + "; ".join(f"{b} {m:.2f} (model {w:.2f})" for b, (m, w) in sorted(fits.items()))
+              + ". The stars are EXAMPLES.md E6: an explicit fp16 score matrix of one head grows from 2 MiB at "
+              "n = 1024 to 8 MiB at n = 2048 (4x for 2x n).", ""]
+    lines += ["| backend | n | measured peak | workspace model |", "|---|---:|---:|---:|"]
+    for b, pts in sorted(by_n.items()):
+        for n, r in pts:
+            lines.append(f"| {b} | {n} | {fmt_bytes(r['peak_heap_bytes'])} | {fmt_bytes(r['workspace_model_bytes'])} |")
+    return "\n".join(lines) + "\n", {b: m for b, (m, _) in fits.items()}
+
+
+DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32"}
+
+
+def accuracy_report(acc, folder):
+    require(acc, ["points"], "accuracy.json")
+    pts = acc["points"]
+    if not pts:
+        raise ReportError("accuracy.json: no points")
+    for p in pts:
+        require(p, ["backend", "precision", "accumulate", "n", "d", "mask", "logit_scale", "max_abs", "u_store"],
+                "accuracy.json point")
+    precisions = [p for p in ("fp64", "fp32", "bf16", "fp16") if any(q["precision"] == p for q in pts)]
+    backends = sorted({q["backend"] for q in pts})
+
+    def pick(**fixed):
+        return [q for q in pts if all(q.get(k) == v for k, v in fixed.items())]
+
+    fig, axes = plt.subplots(1, len(precisions), figsize=(3.2 * len(precisions), 3.6), squeeze=False)
+    for ax, prec in zip(axes[0], precisions):
+        for b in backends:
+            s = sorted(pick(backend=b, precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", logit_scale=1,
+                            d=64), key=lambda q: q["n"])
+            if s:
+                ax.loglog([q["n"] for q in s], [max(q["max_abs"], 1e-300) for q in s], "o-", label=b, ms=3)
+        u = next(q["u_store"] for q in pts if q["precision"] == prec)
+        ax.axhline(u, color="k", lw=0.8, ls=":", label=f"u = {u:.2g}")
+        ax.set_title(f"{prec} (accumulate {DEFAULT_ACC[prec]})", fontsize=9)
+        ax.set_xlabel("n")
+    axes[0][0].set_ylabel("max |O - truth|")
+    axes[0][0].legend(fontsize=7)
+    f1 = savefig(fig, folder, "accuracy_n.svg")
+
+    n_scale = max(q["n"] for q in pick(logit_scale=1000))
+    fig, axes = plt.subplots(1, len(precisions), figsize=(3.2 * len(precisions), 3.6), squeeze=False)
+    for ax, prec in zip(axes[0], precisions):
+        for b in backends:
+            s = sorted(pick(backend=b, precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", n=n_scale, d=64),
+                       key=lambda q: q["logit_scale"])
+            if s:
+                ax.loglog([q["logit_scale"] for q in s], [max(q["max_abs"], 1e-300) for q in s], "o-", label=b, ms=3)
+        u = next(q["u_store"] for q in pts if q["precision"] == prec)
+        ax.axhline(u, color="k", lw=0.8, ls=":")
+        ax.set_title(prec, fontsize=9)
+        ax.set_xlabel("logit scale")
+    axes[0][0].set_ylabel("max |O - truth|")
+    axes[0][0].legend(fontsize=7)
+    f2 = savefig(fig, folder, "accuracy_scale.svg")
+
+    lines = ["# Accuracy", "", f"![error vs n]({f1})", ""]
+    worst = {}
+    for prec in precisions:
+        s = pick(precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", logit_scale=1, d=64)
+        if s:
+            w = max(s, key=lambda q: q["max_abs"])
+            worst[prec] = w
+    lines += ["Max |O - truth| against n (d = 64, no mask, scaled scores of unit variance), each precision at "
+              "its default accumulation; the dotted line is the storage format's unit roundoff u. The truth is "
+              "the 50-digit reference where affordable, else the compensated double-double reference. Largest "
+              "errors: " + "; ".join(f"{p}: {w['max_abs']:.2g} ({w['backend']}, n = {w['n']}, "
+                                     f"{w['max_abs'] / w['u_store']:.2f} u)" for p, w in worst.items()) + ".", ""]
+    lines += [f"![error vs logit scale]({f2})", ""]
+    growth = []
+    for prec in precisions:
+        s1 = pick(precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", n=n_scale, d=64, logit_scale=1)
+        s3 = pick(precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", n=n_scale, d=64, logit_scale=1000)
+        if s1 and s3:
+            a, b = max(q["max_abs"] for q in s1), max(q["max_abs"] for q in s3)
+            growth.append(f"{prec} {a:.2g} -> {b:.2g}")
+    lines += [f"At n = {n_scale}, error against the logit scale (the standard deviation of the scaled scores), "
+              "worst backend at logit scale 1 -> 1000: " + "; ".join(growth) + ".", ""]
+    lines += ["Median max-abs error over all problems, by precision and accumulation:", "",
+              "| precision | accumulate | median max_abs | median in u_store | points |", "|---|---|---:|---:|---:|"]
+    for prec in precisions:
+        for a in ("fp64", "fp32", "storage"):
+            s = sorted(q["max_abs"] / q["u_store"] for q in pick(precision=prec, accumulate=a))
+            t = sorted(q["max_abs"] for q in pick(precision=prec, accumulate=a))
+            if s:
+                lines.append(f"| {prec} | {a} | {t[len(t) // 2]:.3g} | {s[len(s) // 2]:.3g} | {len(s)} |")
+    return "\n".join(lines) + "\n", worst
+
+
+def entropy_report(ent, folder):
+    require(ent, ["rows", "draws", "keys"], "entropy.json")
+    rows = ent["rows"]
+    if not rows:
+        raise ReportError("entropy.json: no rows")
+    ds = [r["d"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    ax.errorbar(ds, [r["raw_mean"] for r in rows], yerr=[5 * r["raw_se"] for r in rows], fmt="o-",
+                label="softmax(q.k)")
+    ax.errorbar(ds, [r["scaled_mean"] for r in rows], yerr=[5 * r["scaled_se"] for r in rows], fmt="s-",
+                label="softmax(q.k / sqrt(d_k))")
+    ax.axhline(math.log(ent["keys"]), color="k", lw=0.8, ls=":", label=f"uniform: log {ent['keys']}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("d_k")
+    ax.set_ylabel("mean entropy (nats), bars: 5 standard errors")
+    ax.set_title(f"E7: {ent['draws']} draws over {ent['keys']} keys")
+    ax.legend(fontsize=8)
+    f1 = savefig(fig, folder, "entropy.svg")
+    raw, sc = [r["raw_mean"] for r in rows], [r["scaled_mean"] for r in rows]
+    lines = ["# Entropy (EXAMPLES.md E7)", "", f"![entropy]({f1})", ""]
+    lines += [f"Without the scale the mean entropy falls from {raw[0]:.3f} nats at d_k = {ds[0]} to {raw[-1]:.3f} "
+              f"at d_k = {ds[-1]}; with it, it stays between {min(sc):.3f} and {max(sc):.3f} (a spread of "
+              f"{max(sc) - min(sc):.3f}, {100 * (max(sc) - min(sc)) / (raw[0] - raw[-1]):.1f}% of the unscaled "
+              "fall). The variance of q.k grows like d_k; divided by sqrt(d_k) it stays near 1:", ""]
+    lines += ["| d_k | entropy | se | entropy scaled | se | var(q.k) | var(q.k/sqrt(d_k)) |",
+              "|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['d']} | {r['raw_mean']:.4f} | {r['raw_se']:.4f} | {r['scaled_mean']:.4f} | "
+                     f"{r['scaled_se']:.4f} | {r['var_qk']:.2f} | {r['var_qk_scaled']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def index_report(peak, build, bench, command, stamp, readings):
+    ctx = bench["context"]
+    lines = [f"# attention-lab run {stamp}", "", f"Command: `{command}`", "",
+             "## Machine", "",
+             f"- CPU: {peak.get('cpu')} ({peak.get('cores')} hardware threads), vector ISA used by the probe: "
+             f"{peak.get('simd')}",
+             f"- Measured peak (attn-lab peak, this run): fp32 FMA {peak['fp32_fma_gflops_core']:.1f} GFLOP/s one "
+             f"thread, {peak['fp32_fma_gflops_all']:.1f} all; fp64 {peak['fp64_fma_gflops_core']:.1f} / "
+             f"{peak['fp64_fma_gflops_all']:.1f}; SGEMM (1 thread) {peak['sgemm_gflops_1024']:.1f} at n = 1024, "
+             f"{peak['sgemm_gflops_2048']:.1f} at 2048; DGEMM {peak['dgemm_gflops_1024']:.1f} / "
+             f"{peak['dgemm_gflops_2048']:.1f}; triad {peak['triad_gbs_core']:.1f} GB/s one thread, "
+             f"{peak['triad_gbs_all']:.1f} all",
+             f"- BLAS: {peak.get('blas')}; OPENBLAS_CORETYPE: {ctx.get('OPENBLAS_CORETYPE', '?')}",
+             f"- Compiler: {build.get('compiler')}; flags: {build.get('flags')}",
+             f"- Libraries: {build.get('libraries')}",
+             f"- Benchmark host: {ctx.get('host_name')}, {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz; "
+             f"profile {ctx.get('attn_profile')}", "",
+             "## Reports", "",
+             "- [scaling](scaling.md): time vs n and d_k, fitted exponents, roofline",
+             "- [memory](memory.md): measured peak heap vs n against each backend's model, E6",
+             "- [accuracy](accuracy.md): error vs n, logit scale, precision and accumulation",
+             "- [entropy](entropy.md): EXAMPLES.md E7",
+             "- [data](data/): the JSON every figure was drawn from", "",
+             "## Readings", ""] + [f"- {r}" for r in readings]
+    return "\n".join(lines) + "\n"
+
+
+def make_report(data_dir, out_root, command, stamp=None):
+    stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    peak = load(data_dir, "peak.json")
+    bench = load(data_dir, "bench.json")
+    acc = load(data_dir, "accuracy.json")
+    ent = load(data_dir, "entropy.json")
+    build = load(data_dir, "build.json")
+    require(peak, ["fp32_fma_gflops_core", "fp32_fma_gflops_all", "fp64_fma_gflops_core", "fp64_fma_gflops_all",
+                   "sgemm_gflops_1024", "sgemm_gflops_2048", "dgemm_gflops_1024", "dgemm_gflops_2048",
+                   "triad_gbs_core", "triad_gbs_all"], "peak.json")
+
+    runs = os.path.join(out_root, "runs")
+    os.makedirs(runs, exist_ok=True)
+    final = os.path.join(runs, stamp)
+    if os.path.exists(final):
+        raise ReportError(f"{final} exists already; nothing was overwritten")
+    tmp = os.path.join(runs, f".incomplete-{stamp}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.join(tmp, "data"))
+    try:
+        rows = bench_rows(bench)
+        scaling, time_fits = scaling_report(rows, peak, tmp)
+        memory, mem_fits = memory_report(rows, tmp)
+        accuracy, worst = accuracy_report(acc, tmp)
+        entropy = entropy_report(ent, tmp)
+        readings = [f"time exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(time_fits.items())),
+                    f"peak-memory exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(mem_fits.items())),
+                    "largest error at unit logits (d = 64, no mask): "
+                    + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items())]
+        for name, text in (("scaling.md", scaling), ("memory.md", memory), ("accuracy.md", accuracy),
+                           ("entropy.md", entropy),
+                           ("index.md", index_report(peak, build, bench, command, stamp, readings))):
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+        for name in INPUTS:
+            shutil.copy(os.path.join(data_dir, name), os.path.join(tmp, "data", name))
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    latest = os.path.join(out_root, "latest")
+    link_tmp = latest + ".tmp"
+    if os.path.lexists(link_tmp):
+        os.remove(link_tmp)
+    os.symlink(os.path.join("runs", stamp), link_tmp)
+    os.replace(link_tmp, latest)
+    return final, readings
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", required=True, help="folder with peak/bench/accuracy/entropy/build .json")
+    ap.add_argument("--out-root", default="reports", help="reports folder (default: reports)")
+    ap.add_argument("--command", default="scripts/run", help="the command that produced the data")
+    ap.add_argument("--stamp", help="run folder name (default: the date and time)")
+    args = ap.parse_args(argv)
+    try:
+        final, readings = make_report(args.data, args.out_root, args.command, args.stamp)
+    except ReportError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    print(f"report written to {final}")
+    for r in readings:
+        print(f"  {r}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

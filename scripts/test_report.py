@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Tests of scripts/report.py on small synthetic JSON: every report and
+figure is produced; a broken, partial or missing input gives one clear error
+and leaves no run folder behind."""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402
+
+BACKENDS = ["naive", "streaming"]
+
+
+def synthetic(folder):
+    peak = {k: 100.0 for k in ["fp32_fma_gflops_core", "fp32_fma_gflops_all", "fp64_fma_gflops_core",
+                               "fp64_fma_gflops_all", "sgemm_gflops_1024", "sgemm_gflops_2048",
+                               "dgemm_gflops_1024", "dgemm_gflops_2048", "triad_gbs_core", "triad_gbs_all"]}
+    peak.update(cpu="test cpu", cores=2, simd="avx512bw", blas="test blas")
+    runs = []
+    for b in BACKENDS:
+        for n in (256, 512, 1024):
+            for d in ((32, 64, 128) if n == 1024 else (64,)):
+                t = 1e-9 * n * n * d * (1 if b == "streaming" else 3)
+                runs.append({"name": f"attn/{b}/fp32/causal:0/threads:1/n:{n}/d:{d}", "seconds_per_call": t,
+                             "FLOP/s": 4 * n * n * d / t, "peak_heap_bytes": (n * n * 4 if b == "naive" else n * 400),
+                             "workspace_model_bytes": (n * n * 4 if b == "naive" else 33280)})
+    runs.append({"name": "attn/reference/fp32/causal:0/threads:1/n:1024/d:64", "error_occurred": True,
+                 "error_message": "not affordable"})
+    bench = {"context": {"host_name": "test", "num_cpus": 2, "mhz_per_cpu": 1000, "attn_profile": "quick",
+                         "OPENBLAS_CORETYPE": "(unset)"}, "benchmarks": runs}
+    points = []
+    for b in BACKENDS:
+        for prec, u in (("fp64", 2**-53), ("fp32", 2**-24), ("bf16", 2**-8), ("fp16", 2**-11)):
+            for acc in ("fp64", "fp32", "storage"):
+                for n in (16, 64, 256):
+                    for scale in (1, 10, 100, 1000):
+                        points.append({"backend": b, "precision": prec, "accumulate": acc, "n": n, "d": 64,
+                                       "mask": "none", "logit_scale": scale, "max_abs": u * n ** 0.5 * scale ** 0.5,
+                                       "u_store": u})
+    accuracy = {"kind": "accuracy", "points": points}
+    entropy = {"kind": "entropy", "draws": 100, "keys": 10,
+               "rows": [{"d": d, "raw_mean": 2.0 / d ** 0.5, "raw_se": 0.01, "scaled_mean": 1.93, "scaled_se": 0.005,
+                         "var_qk": float(d), "var_qk_scaled": 1.0} for d in (8, 32, 128, 512)]}
+    build = {"compiler": "g++ test", "flags": "-O2", "libraries": "none"}
+    for name, obj in (("peak.json", peak), ("bench.json", bench), ("accuracy.json", accuracy),
+                      ("entropy.json", entropy), ("build.json", build)):
+        with open(os.path.join(folder, name), "w") as f:
+            json.dump(obj, f)
+
+
+class ReportTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.data = os.path.join(self.tmp, "data")
+        self.out = os.path.join(self.tmp, "reports")
+        os.makedirs(self.data)
+        synthetic(self.data)
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def run_folders(self):
+        runs = os.path.join(self.out, "runs")
+        return sorted(os.listdir(runs)) if os.path.isdir(runs) else []
+
+    def test_every_report_and_figure_is_written(self):
+        final, readings = report.make_report(self.data, self.out, "test", stamp="run1")
+        for name in ("index.md", "scaling.md", "memory.md", "accuracy.md", "entropy.md", "scaling_n.svg",
+                     "scaling_d.svg", "roofline.svg", "memory_n.svg", "accuracy_n.svg", "accuracy_scale.svg",
+                     "entropy.svg", "data/bench.json"):
+            path = os.path.join(final, name)
+            self.assertTrue(os.path.getsize(path) > 0, name)
+        self.assertEqual(os.readlink(os.path.join(self.out, "latest")), os.path.join("runs", "run1"))
+        # The synthetic times grow exactly like n^2 at fixed d: the fit must say 2.00.
+        self.assertIn("naive 2.00", readings[0])
+        self.assertIn("streaming 2.00", readings[0])
+        with open(os.path.join(final, "memory.md")) as f:
+            self.assertIn("naive 2.00", f.read())
+
+    def test_broken_json_is_one_clear_error_and_no_run_folder(self):
+        with open(os.path.join(self.data, "bench.json"), "w") as f:
+            f.write('{"benchmarks": [')
+        with self.assertRaises(report.ReportError) as e:
+            report.make_report(self.data, self.out, "test", stamp="run2")
+        self.assertIn("bench.json: not valid JSON", str(e.exception))
+        self.assertEqual(self.run_folders(), [])
+
+    def test_partial_inputs_fail_cleanly(self):
+        os.remove(os.path.join(self.data, "entropy.json"))
+        with self.assertRaises(report.ReportError) as e:
+            report.make_report(self.data, self.out, "test", stamp="run3")
+        self.assertIn("entropy.json: missing", str(e.exception))
+        synthetic(self.data)
+        with open(os.path.join(self.data, "bench.json")) as f:
+            bench = json.load(f)
+        del bench["benchmarks"][0]["peak_heap_bytes"]
+        with open(os.path.join(self.data, "bench.json"), "w") as f:
+            json.dump(bench, f)
+        with self.assertRaises(report.ReportError) as e:
+            report.make_report(self.data, self.out, "test", stamp="run4")
+        self.assertIn("lacks counter 'peak_heap_bytes'", str(e.exception))
+        self.assertEqual(self.run_folders(), [])
+
+    def test_an_existing_run_is_never_overwritten(self):
+        report.make_report(self.data, self.out, "test", stamp="same")
+        with self.assertRaises(report.ReportError):
+            report.make_report(self.data, self.out, "test", stamp="same")
+        self.assertEqual(self.run_folders(), ["same"])
+
+    def test_command_line_exit_code_and_message(self):
+        with open(os.path.join(self.data, "peak.json"), "w") as f:
+            f.write("{}")
+        self.assertEqual(report.main(["--data", self.data, "--out-root", self.out, "--stamp", "x"]), 2)
+        self.assertEqual(self.run_folders(), [])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
