@@ -117,34 +117,32 @@ def series(rows, x, **fixed):
     return {b: sorted(v, key=lambda t: t[0]) for b, v in out.items()}
 
 
-def scaling_report(rows, peak, folder):
-    by_n = series(rows, "n", precision="fp32", causal=0, threads=1, d=64)
+def loglog_fits(folder, name, data, xlabel, ylabel, title):
+    """One log-log line per backend from {backend: [(x, y)]}, labelled with
+    its fitted exponent; returns (figure file, {backend: exponent})."""
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     fits = {}
-    for b, pts in sorted(by_n.items()):
-        ns = [p[0] for p in pts]
-        ts = [p[1]["seconds_per_call"] for p in pts]
-        fits[b] = (fit_exponent(ns, ts), ns)
-        ax.loglog(ns, ts, "o-", label=f"{b} (exponent {fits[b][0]:.2f})")
-    ax.set_xlabel("n (n_q = n_kv)")
-    ax.set_ylabel("seconds per call")
-    ax.set_title("time vs n: fp32, d = 64, no mask, 1 thread")
+    for b, pts in sorted(data.items()):
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        fits[b] = fit_exponent(xs, ys)
+        ax.loglog(xs, ys, "o-", label=f"{b} (exponent {fits[b]:.2f})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize=8)
-    f1 = savefig(fig, folder, "scaling_n.svg")
+    return savefig(fig, folder, name), fits
 
+
+def scaling_report(rows, peak, folder):
+    by_n = series(rows, "n", precision="fp32", causal=0, threads=1, d=64)
+    f1, fits = loglog_fits(folder, "scaling_n.svg", {b: [(n, r["seconds_per_call"]) for n, r in pts]
+                                                     for b, pts in by_n.items()},
+                           "n (n_q = n_kv)", "seconds per call", "time vs n: fp32, d = 64, no mask, 1 thread")
+    fits = {b: (e, [n for n, _ in by_n[b]]) for b, e in fits.items()}
     by_d = series(rows, "d", precision="fp32", causal=0, threads=1, n=1024)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    dfits = {}
-    for b, pts in sorted(by_d.items()):
-        ds = [p[0] for p in pts]
-        ts = [p[1]["seconds_per_call"] for p in pts]
-        dfits[b] = fit_exponent(ds, ts)
-        ax.loglog(ds, ts, "o-", label=f"{b} (exponent {dfits[b]:.2f})")
-    ax.set_xlabel("d_k = d_v")
-    ax.set_ylabel("seconds per call")
-    ax.set_title("time vs d: fp32, n = 1024, no mask, 1 thread")
-    ax.legend(fontsize=8)
-    f2 = savefig(fig, folder, "scaling_d.svg")
+    f2, dfits = loglog_fits(folder, "scaling_d.svg", {b: [(d, r["seconds_per_call"]) for d, r in pts]
+                                                      for b, pts in by_d.items()},
+                            "d_k = d_v", "seconds per call", "time vs d: fp32, n = 1024, no mask, 1 thread")
 
     fp32_peak = peak["fp32_fma_gflops_core"]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -229,36 +227,28 @@ def accuracy_report(acc, folder):
     def pick(**fixed):
         return [q for q in pts if all(q.get(k) == v for k, v in fixed.items())]
 
-    fig, axes = plt.subplots(1, len(precisions), figsize=(3.2 * len(precisions), 3.6), squeeze=False)
-    for ax, prec in zip(axes[0], precisions):
-        for b in backends:
-            s = sorted(pick(backend=b, precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", logit_scale=1,
-                            d=64), key=lambda q: q["n"])
-            if s:
-                ax.loglog([q["n"] for q in s], [max(q["max_abs"], 1e-300) for q in s], "o-", label=b, ms=3)
-        u = next(q["u_store"] for q in pts if q["precision"] == prec)
-        ax.axhline(u, color="k", lw=0.8, ls=":", label=f"u = {u:.2g}")
-        ax.set_title(f"{prec} (accumulate {DEFAULT_ACC[prec]})", fontsize=9)
-        ax.set_xlabel("n")
-    axes[0][0].set_ylabel("max |O - truth|")
-    axes[0][0].legend(fontsize=7)
-    f1 = savefig(fig, folder, "accuracy_n.svg")
+    def relative(q):  # max |O - truth| / max |truth|
+        return max(q["max_abs_over_u"] * q["u_store"], 1e-300) if "max_abs_over_u" in q else max(q["max_abs"], 1e-300)
 
+    def panels(name, x, xlabel, **fixed):
+        """One panel per precision (default accumulation), one line per backend, y = relative error."""
+        fig, axes = plt.subplots(1, len(precisions), figsize=(3.2 * len(precisions), 3.6), squeeze=False)
+        for ax, prec in zip(axes[0], precisions):
+            for b in backends:
+                s = sorted(pick(backend=b, precision=prec, accumulate=DEFAULT_ACC[prec], **fixed), key=lambda q: q[x])
+                if s:
+                    ax.loglog([q[x] for q in s], [relative(q) for q in s], "o-", label=b, ms=3)
+            u = next(q["u_store"] for q in pts if q["precision"] == prec)
+            ax.axhline(u, color="k", lw=0.8, ls=":", label=f"u = {u:.2g}")
+            ax.set_title(f"{prec} (accumulate {DEFAULT_ACC[prec]})", fontsize=9)
+            ax.set_xlabel(xlabel)
+        axes[0][0].set_ylabel("max |O - truth| / max |truth|")
+        axes[0][0].legend(fontsize=7)
+        return savefig(fig, folder, name)
+
+    f1 = panels("accuracy_n.svg", "n", "n", mask="none", logit_scale=1, d=64)
     n_scale = max(q["n"] for q in pick(logit_scale=1000))
-    fig, axes = plt.subplots(1, len(precisions), figsize=(3.2 * len(precisions), 3.6), squeeze=False)
-    for ax, prec in zip(axes[0], precisions):
-        for b in backends:
-            s = sorted(pick(backend=b, precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", n=n_scale, d=64),
-                       key=lambda q: q["logit_scale"])
-            if s:
-                ax.loglog([q["logit_scale"] for q in s], [max(q["max_abs"], 1e-300) for q in s], "o-", label=b, ms=3)
-        u = next(q["u_store"] for q in pts if q["precision"] == prec)
-        ax.axhline(u, color="k", lw=0.8, ls=":")
-        ax.set_title(prec, fontsize=9)
-        ax.set_xlabel("logit scale")
-    axes[0][0].set_ylabel("max |O - truth|")
-    axes[0][0].legend(fontsize=7)
-    f2 = savefig(fig, folder, "accuracy_scale.svg")
+    f2 = panels("accuracy_scale.svg", "logit_scale", "logit scale", mask="none", n=n_scale, d=64)
 
     lines = ["# Accuracy", "", f"![error vs n]({f1})", ""]
     worst = {}
@@ -267,8 +257,8 @@ def accuracy_report(acc, folder):
         if s:
             w = max(s, key=lambda q: q["max_abs"])
             worst[prec] = w
-    lines += ["Max |O - truth| against n (d = 64, no mask, scaled scores of unit variance), each precision at "
-              "its default accumulation; the dotted line is the storage format's unit roundoff u. The truth is "
+    lines += ["Max |O - truth| / max |truth| against n (d = 64, no mask, scaled scores of unit variance), each "
+              "precision at its default accumulation; the dotted line is the storage format's unit roundoff u. The truth is "
               "the 50-digit reference where affordable, else the compensated double-double reference. Largest "
               "errors: " + "; ".join(f"{p}: {w['max_abs']:.2g} ({w['backend']}, n = {w['n']}, "
                                      f"{w['max_abs'] / w['u_store']:.2f} u)" for p, w in worst.items()) + ".", ""]
