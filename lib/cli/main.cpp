@@ -1,6 +1,7 @@
 // attn-lab: run any registered attention backend on real or random tensors,
 // list the registry, and demonstrate the suite on the worked examples.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "attn/npy.hpp"
 #include "attn/random.hpp"
 #include "attn/studies.hpp"
+#include "claims/claim.hpp"
 #include "attn/registry.hpp"
 #include "cli/args.hpp"
 
@@ -35,6 +37,9 @@ usage:
                              error of every backend x precision x accumulation against the
                              ground truth (50 digits where affordable, else the compensated
                              double-double reference) over n, d_k, mask and logit scale
+  attn-lab claims [--only ID] [--profile smoke|quick|full] [--json] [--out FILE.json]
+                             the claims ledger: each published claim run as an experiment
+                             against its pre-registered criterion; verdict table (or JSON)
   attn-lab entropy [--backend B] [--precision P] [--draws N] --out FILE.json
                              EXAMPLES.md E7: mean softmax entropy with and without the
                              1/sqrt(d_k) scale, and var(q.k), over d_k = 8 ... 1024
@@ -378,6 +383,49 @@ int entropy(const std::vector<std::string>& argv) {
   return 0;
 }
 
+int claims_command(const std::vector<std::string>& argv) {
+  const Args args(argv, {"--only", "--profile", "--out"}, {"--json", "--help"});
+  if (args.flag("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  claims::Config cfg;
+  cfg.profile = args.str("--profile", "quick");
+  if (cfg.profile != "smoke" && cfg.profile != "quick" && cfg.profile != "full")
+    throw Error("--profile '" + cfg.profile + "' is not one of smoke, quick, full");
+  cfg.progress = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
+  heap::Watch watch;
+  cfg.heap_reset = [&] { watch = heap::Watch{}; };
+  cfg.heap_peak_growth = [&] { return watch.peak_growth(); };
+  const auto& all = claims::all_claims();
+  const std::string only = args.str("--only");
+  bool found = only.empty();
+  std::string json = "{\"kind\":\"claims\",\"profile\":\"" + cfg.profile + "\",\"claims\":[\n";
+  std::size_t index = 0, ran = 0;
+  for (const auto& c : all) {
+    ++index;
+    if (!only.empty() && c.id != only) continue;
+    found = true;
+    std::fprintf(stderr, "[%zu/%zu] claim %s\n", index, all.size(), std::string(c.id).c_str());
+    const auto t0 = std::chrono::steady_clock::now();
+    const claims::Verdict v = c.run(cfg);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    json += (ran++ ? ",\n" : "") + claims::to_json(c, v, seconds);
+    if (!args.flag("--json"))
+      std::printf("%-13s %-14s %s\n", std::string(c.id).c_str(), std::string(claims::outcome_name(v.outcome)).c_str(),
+                  v.why.c_str());
+  }
+  if (!found) {
+    std::string ids;
+    for (const auto& c : all) ids += (ids.empty() ? "" : ", ") + std::string(c.id);
+    throw Error("no claim '" + only + "' (known: " + ids + ")");
+  }
+  json += "\n]}\n";
+  if (args.has("--out")) write_file_atomic(args.str("--out"), json);
+  if (args.flag("--json")) std::cout << json;
+  return 0;
+}
+
 }  // namespace
 }  // namespace attn::cli
 
@@ -396,8 +444,9 @@ int main(int argc, char** argv) {
     if (command == "peak") return peak(rest);
     if (command == "accuracy") return accuracy(rest);
     if (command == "entropy") return entropy(rest);
-    throw attn::Error(command.empty() ? "no command given (attend, list, demo, peak, accuracy, entropy; see --help)"
-                                      : "unknown command '" + command + "' (attend, list, demo, peak, accuracy, entropy; see --help)");
+    if (command == "claims") return claims_command(rest);
+    throw attn::Error(command.empty() ? "no command given (attend, list, demo, peak, accuracy, entropy, claims; see --help)"
+                                      : "unknown command '" + command + "' (attend, list, demo, peak, accuracy, entropy, claims; see --help)");
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "attn-lab: %s\n", e.what());
     return 2;

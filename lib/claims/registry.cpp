@@ -1,0 +1,94 @@
+#include <cmath>
+#include <sstream>
+
+#include "claims/claim.hpp"
+
+namespace attn::claims {
+
+std::string_view outcome_name(Outcome o) {
+  switch (o) {
+    case Outcome::holds: return "holds";
+    case Outcome::does_not_hold: return "does not hold";
+    case Outcome::inconclusive: return "inconclusive";
+  }
+  return "?";
+}
+
+// One line per claim; the criterion is written here, before any measurement.
+const std::vector<Claim>& all_claims() {
+  static const std::vector<Claim> claims = {
+      {"variance", "Vaswani et al. 2017, 'Attention is all you need', sec. 3.2.1, footnote 4",
+       "assume that the components of q and k are independent random variables with mean 0 and variance 1. "
+       "Then their dot product has mean 0 and variance d_k",
+       "Var(q.k) = d_k sigma^4 for iid zero-mean entries of variance sigma^2; Var(q.k / sqrt(d_k)) = sigma^4 "
+       "(1 for N(0, 1), 1/9 for uniform[-1, 1])",
+       "N(0, 1) and uniform[-1, 1] entries, d_k = 1, 4, 16, 64, 256, 1024; 20,000 samples per point (200,000 "
+       "with --profile full), in double",
+       "holds if every measured variance lies within 5 standard deviations of the sample variance "
+       "(sqrt((E[X^4] - Var^2) / N), from the exact fourth moment) of the prediction; does not hold otherwise",
+       variance_of_scores},
+      {"entropy", "EXAMPLES.md E7 (course notes)",
+       "the entropy of softmax(q.k) falls steadily as d_k grows through 8, 32, 128, 512, while the entropy of "
+       "softmax(q.k / sqrt(d_k)) stays nearly flat",
+       "without the 1/sqrt(d_k) scale the softmax sharpens with d_k; with it, it does not",
+       "mean entropy of softmax over 10 keys, 2,000 independent draws per d_k (20,000 full), iid N(0, 1), naive "
+       "backend in fp64",
+       "holds if the unscaled mean entropy falls at every step by more than 5 standard errors of the difference "
+       "and the scaled means span less than 5% of the unscaled fall; does not hold otherwise",
+       entropy_collapse},
+      {"score-memory", "EXAMPLES.md E6 (course notes)",
+       "At 2 bytes a score (fp16) an explicit matrix grows from 2 MiB to 8 MiB",
+       "the explicit n x n score matrix of one head grows 4x when n doubles: 2 MiB at n = 1024, 8 MiB at 2048",
+       "peak heap of one call of the naive backend, fp16 storage and fp16 accumulation (scores held in fp16), "
+       "B = H = 1, d = 64, n = 1024 and 2048, measured by the counting allocator",
+       "holds if the peak at n = 1024 lies in [2, 2.5] MiB (the matrix plus the output and a row) and the ratio "
+       "of the two peaks lies in [3.8, 4.2]; does not hold otherwise",
+       score_matrix_memory},
+      {"flash-2x", "FlashAttention README (Dao-AILab/flash-attention), numerics note",
+       "FlashAttention's numerical error is at most twice that of a baseline implementation at the same precision",
+       "the online-softmax (streaming) backend's error is at most 2x the naive backend's, same precision",
+       "max |O - truth| of streaming and naive in bf16 and fp16 (fp32 accumulation), n = 64, 256, 1024 (and 4096 "
+       "full), d = 64, logit scale 1, 10, 100, no mask and causal; truth: 50 digits or the compensated reference",
+       "holds if max over configurations of err(streaming) / err(naive) <= 2; inconclusive if naive's error is "
+       "0 somewhere; does not hold otherwise",
+       flash_error_at_most_twice},
+      {"fp16-pv", "attention-lab issue 7, claim 12 (CPU kernels that accumulate P V in fp16)",
+       "fp16 accumulation of P V against fp32 accumulation, over n: the measured error growth with n for each",
+       "accumulating P V in fp16 loses accuracy that grows with n; fp32 accumulation does not",
+       "exact weights P (double, from the reference) rounded to fp16, V in fp16 (iid N(0, 1)), O = P V summed in "
+       "fp16 (every add rounded) and in fp32; n = 64 ... 4096 keys, d = 64, 32 query rows; error vs the exact "
+       "P V of the rounded operands",
+       "holds if the fp16-accumulation error exceeds the fp32 one at every n by at least 10x and its fitted "
+       "exponent in n exceeds the fp32 one by at least 0.25; does not hold otherwise",
+       fp16_pv_accumulation},
+  };
+  return claims;
+}
+
+std::string to_json(const Claim& c, const Verdict& v, double seconds) {
+  auto str = [](std::string_view s) {
+    std::string r = "\"";
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') r += '\\';
+      r += ch;
+    }
+    return r + "\"";
+  };
+  std::ostringstream o;
+  o.precision(10);
+  o << "{\"id\":" << str(c.id) << ",\"source\":" << str(c.source) << ",\"quote\":" << str(c.quote)
+    << ",\"statement\":" << str(c.statement) << ",\"experiment\":" << str(c.experiment)
+    << ",\"criterion\":" << str(c.criterion) << ",\"verdict\":" << str(outcome_name(v.outcome))
+    << ",\"why\":" << str(v.why) << ",\"command\":" << str("attn-lab claims --only " + std::string(c.id))
+    << ",\"seconds\":" << seconds << ",\"figures\":{";
+  for (std::size_t i = 0; i < v.figures.size(); ++i)
+  {
+    o << (i ? "," : "") << str(v.figures[i].name) << ":";
+    if (std::isfinite(v.figures[i].value)) o << v.figures[i].value;
+    else o << "null";
+  }
+  o << "}}";
+  return o.str();
+}
+
+}  // namespace attn::claims
