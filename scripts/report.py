@@ -5,7 +5,7 @@ attn-lab entropy) into Markdown reports with SVG figures.
     scripts/report.py --data DIR --out-root reports [--command "scripts/run"]
 
 DIR holds peak.json, bench.json (Google Benchmark's format), accuracy.json,
-entropy.json and build.json. The run is written to reports/runs/<stamp>/
+entropy.json, claims.json and build.json. The run is written to reports/runs/<stamp>/
 through a temporary folder renamed when complete, so an interrupted or
 failed run leaves no half report; reports/latest then points at it. The
 script reads only JSON; every figure's paragraph is written from the numbers.
@@ -23,7 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-INPUTS = ["peak.json", "bench.json", "accuracy.json", "entropy.json", "build.json"]
+INPUTS = ["peak.json", "bench.json", "accuracy.json", "entropy.json", "claims.json", "build.json"]
 BENCH_NAME_KEYS = ("family", "backend", "precision", "causal", "threads")
 
 
@@ -315,6 +315,31 @@ def entropy_report(ent, folder):
     return "\n".join(lines) + "\n"
 
 
+def claims_report(claims):
+    require(claims, ["claims", "profile"], "claims.json")
+    if not claims["claims"]:
+        raise ReportError("claims.json: no claims")
+    lines = ["# Claims ledger", "",
+             f"Each claim was run as an experiment against a criterion fixed before it ran (profile "
+             f"`{claims['profile']}`; `--profile full` uses paper-sized samples). A claim that does not hold on "
+             "these measurements is reported as such, with the numbers.", "",
+             "| id | verdict | measured | source |", "|---|---|---|---|"]
+    for c in claims["claims"]:
+        require(c, ["id", "verdict", "why", "source", "statement", "criterion", "command", "figures"], "claims.json claim")
+        lines.append(f"| {c['id']} | **{c['verdict']}** | {c['why']} | {c['source']} |")
+    lines.append("")
+    for c in claims["claims"]:
+        lines += [f"## {c['id']}: {c['verdict']}", "", f"- Source: {c['source']}", f"- Quote: \"{c['quote']}\"",
+                  f"- Statement tested: {c['statement']}", f"- Experiment: {c['experiment']}",
+                  f"- Criterion (fixed before running): {c['criterion']}", f"- Measured: {c['why']}",
+                  f"- Reproduce: `{c['command']}`", "", "| figure | value |", "|---|---:|"]
+        lines += [f"| {k} | {v:.6g} |" if isinstance(v, (int, float)) else f"| {k} | {v} |"
+                  for k, v in c["figures"].items()]
+        lines.append("")
+    verdicts = [f"{c['id']} {c['verdict']}" for c in claims["claims"]]
+    return "\n".join(lines) + "\n", verdicts
+
+
 def index_report(peak, build, bench, command, stamp, readings):
     ctx = bench["context"]
     lines = [f"# attention-lab run {stamp}", "", f"Command: `{command}`", "",
@@ -337,6 +362,7 @@ def index_report(peak, build, bench, command, stamp, readings):
              "- [memory](memory.md): measured peak heap vs n against each backend's model, E6",
              "- [accuracy](accuracy.md): error vs n, logit scale, precision and accumulation",
              "- [entropy](entropy.md): EXAMPLES.md E7",
+             "- [claims](claims.md): the claims ledger, each claim with its criterion and verdict",
              "- [data](data/): the JSON every figure was drawn from", "",
              "## Readings", ""] + [f"- {r}" for r in readings]
     return "\n".join(lines) + "\n"
@@ -348,6 +374,7 @@ def make_report(data_dir, out_root, command, stamp=None):
     bench = load(data_dir, "bench.json")
     acc = load(data_dir, "accuracy.json")
     ent = load(data_dir, "entropy.json")
+    claims = load(data_dir, "claims.json")
     build = load(data_dir, "build.json")
     require(peak, ["fp32_fma_gflops_core", "fp32_fma_gflops_all", "fp64_fma_gflops_core", "fp64_fma_gflops_all",
                    "sgemm_gflops_1024", "sgemm_gflops_2048", "dgemm_gflops_1024", "dgemm_gflops_2048",
@@ -367,12 +394,14 @@ def make_report(data_dir, out_root, command, stamp=None):
         memory, mem_fits = memory_report(rows, tmp)
         accuracy, worst = accuracy_report(acc, tmp)
         entropy = entropy_report(ent, tmp)
+        ledger, verdicts = claims_report(claims)
         readings = [f"time exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(time_fits.items())),
                     f"peak-memory exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(mem_fits.items())),
                     "largest error at unit logits (d = 64, no mask): "
-                    + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items())]
+                    + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items()),
+                    "claims: " + "; ".join(verdicts)]
         for name, text in (("scaling.md", scaling), ("memory.md", memory), ("accuracy.md", accuracy),
-                           ("entropy.md", entropy),
+                           ("entropy.md", entropy), ("claims.md", ledger),
                            ("index.md", index_report(peak, build, bench, command, stamp, readings))):
             with open(os.path.join(tmp, name), "w") as f:
                 f.write(text)
@@ -393,7 +422,7 @@ def make_report(data_dir, out_root, command, stamp=None):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", required=True, help="folder with peak/bench/accuracy/entropy/build .json")
+    ap.add_argument("--data", required=True, help="folder with peak/bench/accuracy/entropy/claims/build .json")
     ap.add_argument("--out-root", default="reports", help="reports folder (default: reports)")
     ap.add_argument("--command", default="scripts/run", help="the command that produced the data")
     ap.add_argument("--stamp", help="run folder name (default: the date and time)")

@@ -46,8 +46,12 @@ def synthetic(folder):
                "rows": [{"d": d, "raw_mean": 2.0 / d ** 0.5, "raw_se": 0.01, "scaled_mean": 1.93, "scaled_se": 0.005,
                          "var_qk": float(d), "var_qk_scaled": 1.0} for d in (8, 32, 128, 512)]}
     build = {"compiler": "g++ test", "flags": "-O2", "libraries": "none"}
+    claims = {"kind": "claims", "profile": "smoke", "claims": [
+        {"id": "toy", "source": "a paper", "quote": "q", "statement": "s", "experiment": "e", "criterion": "c",
+         "verdict": "does not hold", "why": "measured 3 > 2", "command": "attn-lab claims --only toy",
+         "figures": {"ratio": 3.0}}]}
     for name, obj in (("peak.json", peak), ("bench.json", bench), ("accuracy.json", accuracy),
-                      ("entropy.json", entropy), ("build.json", build)):
+                      ("entropy.json", entropy), ("claims.json", claims), ("build.json", build)):
         with open(os.path.join(folder, name), "w") as f:
             json.dump(obj, f)
 
@@ -69,7 +73,7 @@ class ReportTest(unittest.TestCase):
 
     def test_every_report_and_figure_is_written(self):
         final, readings = report.make_report(self.data, self.out, "test", stamp="run1")
-        for name in ("index.md", "scaling.md", "memory.md", "accuracy.md", "entropy.md", "scaling_n.svg",
+        for name in ("index.md", "scaling.md", "memory.md", "accuracy.md", "entropy.md", "claims.md", "scaling_n.svg",
                      "scaling_d.svg", "roofline.svg", "memory_n.svg", "accuracy_n.svg", "accuracy_scale.svg",
                      "entropy.svg", "data/bench.json"):
             path = os.path.join(final, name)
@@ -80,6 +84,8 @@ class ReportTest(unittest.TestCase):
         self.assertIn("streaming 2.00", readings[0])
         with open(os.path.join(final, "memory.md")) as f:
             self.assertIn("naive 2.00", f.read())
+        with open(os.path.join(final, "claims.md")) as f:
+            self.assertIn("| toy | **does not hold** | measured 3 > 2 |", f.read())
 
     def test_broken_json_is_one_clear_error_and_no_run_folder(self):
         with open(os.path.join(self.data, "bench.json"), "w") as f:
