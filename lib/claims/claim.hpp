@@ -53,5 +53,9 @@ Verdict entropy_collapse(const Config&);
 Verdict score_matrix_memory(const Config&);
 Verdict flash_error_at_most_twice(const Config&);
 Verdict fp16_pv_accumulation(const Config&);
+Verdict softmax_saturation(const Config&);
+Verdict unshifted_overflow(const Config&);
+Verdict reference_precision_ranking(const Config&);
+Verdict memory_savings(const Config&);
 
 }  // namespace attn::claims

@@ -61,6 +61,48 @@ const std::vector<Claim>& all_claims() {
        "holds if the fp16-accumulation error exceeds the fp32 one at every n by at least 10x and its fitted "
        "exponent in n exceeds the fp32 one by at least 0.25; does not hold otherwise",
        fp16_pv_accumulation},
+      {"saturation", "EXAMPLES.md E3 (course notes); generalised as in attention-lab issue 7, claim 3",
+       "logits [8, 0]: softmax first entry ~0.9997, local slope p(1-p) ~0.0003. With d_k = 64 the scale is 1/8: "
+       "logits [1, 0], p ~0.731, slope ~0.197",
+       "unscaled logits saturate the softmax; the 1/sqrt(d_k) scale keeps its gradient alive as d_k grows",
+       "E3's two rows through the naive backend (fp64); mean Frobenius norm of the softmax Jacobian "
+       "diag(p) - p p^T over 2,000 draws (20,000 full) of one N(0, 1) query against 10 keys, d_k = 8 and 512",
+       "holds if the slopes match the printed 0.0003 and 0.197 within half a unit of their last digit, the "
+       "unscaled mean Jacobian norm at d_k = 512 is below a quarter of its value at d_k = 8, and the scaled one "
+       "changes by less than 10%; does not hold otherwise",
+       softmax_saturation},
+      {"overflow", "Blanchard, Higham & Higham 2021, IMA J. Numer. Anal. 41(4), 'Accurately computing the "
+       "log-sum-exp and softmax functions'",
+       "the shifted softmax is as accurate as the unshifted one where the latter does not overflow; unshifted, "
+       "exp overflows for scores above ln(65504) ~ 11.09 in fp16 and ~88.7 in fp32/bf16",
+       "the unshifted softmax overflows at ln(max finite); the max shift costs no accuracy below that",
+       "exp of scores on a grid of 0.001 in fp16, bf16, fp32 arithmetic (every operation rounded); softmax of "
+       "200 rows of 64 scores in (-0.9 ln max, 0.9 ln max), shifted and unshifted, in that arithmetic, against "
+       "the exact softmax (long double) of the same rounded scores; the division-free form is not judged here",
+       "holds if each measured overflow threshold is within 0.5% of ln(max finite) and the shifted softmax's "
+       "max absolute weight error is at most 2x the unshifted one's in every format; does not hold otherwise "
+       "(first written with the relative error, changed after the first run: weights that underflow have "
+       "relative error 1 in both forms; the 2x threshold was kept)",
+       unshifted_overflow},
+      {"reference-rank", "PyTorch and FlashAttention issue threads (as summarised in attention-lab issue 7, "
+       "claim 11)",
+       "ranking two implementations by their error against a bf16 reference can invert the ranking against an "
+       "fp64 / multiprecision reference",
+       "a low-precision reference can rank implementations wrongly",
+       "streaming and naive in fp32 on 20 random problems (B = H = 1, n_q = 32, n_kv = 48, d = 32): max error "
+       "against the 50-digit reference of the bf16-rounded inputs rounded to bf16, and against 50 digits",
+       "holds (the inversion happens) if at least one problem ranks the two differently; does not hold if none",
+       reference_precision_ranking},
+      {"memory-savings", "Rabe & Staats 2021, 'Self-attention does not need O(n^2) memory'; FlashAttention "
+       "README (memory footprint figure)",
+       "Rabe & Staats: memory overhead reduced 59x for inference at n = 16,384 with runtime within a few percent; "
+       "FlashAttention README: 10x memory savings at sequence length 2K and 20x at 4K",
+       "streaming attention needs a small fraction of the naive algorithm's extra memory, at no time cost",
+       "naive vs streaming, fp32, B = H = 1, d = 64, n = 2048 and 4096 (16384 with --profile full): peak heap "
+       "of one call beyond the output tensor (counting allocator), and the better of two warm calls",
+       "holds if the extra-memory ratio is at least 10x at 2K, 20x at 4K (59x at 16K) and streaming's time is at "
+       "most 1.05x naive's at every n; does not hold otherwise",
+       memory_savings},
   };
   return claims;
 }
