@@ -57,5 +57,8 @@ Verdict softmax_saturation(const Config&);
 Verdict unshifted_overflow(const Config&);
 Verdict reference_precision_ranking(const Config&);
 Verdict memory_savings(const Config&);
+Verdict golden_bf16_deviation(const Config&);
+Verdict online_normalizer(const Config&);
+Verdict fp8_incoherent_processing(const Config&);
 
 }  // namespace attn::claims

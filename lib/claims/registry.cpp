@@ -103,6 +103,37 @@ const std::vector<Claim>& all_claims() {
        "holds if the extra-memory ratio is at least 10x at 2K, 20x at 4K (59x at 16K) and streaming's time is at "
        "most 1.05x naive's at every n; does not hold otherwise",
        memory_savings},
+      {"golden-bf16", "Golden et al. 2024, 'Is Flash Attention Stable?'",
+       "at BF16, Flash Attention sees roughly an order of magnitude more numeric deviation as compared to Baseline "
+       "Attention (isolated forward pass)",
+       "with bf16 inputs, the online-softmax algorithm deviates ~10x more from a high-precision run than the "
+       "baseline algorithm",
+       "streaming (flash) vs naive (baseline), bf16 inputs and outputs, causal, B = 1, H = 2, d = 64, n = 256 and "
+       "1024, B_q = 64, B_k = 16, 64, 256; bf16 intermediates (accumulate storage) and fp32 intermediates; "
+       "deviation: max |O - O_golden|, O_golden the exact attention of the bf16 inputs",
+       "holds if the median (over the sweep) deviation ratio flash / baseline with bf16 intermediates lies in "
+       "[3, 30]; inconclusive if the baseline's deviation is 0; does not hold otherwise",
+       golden_bf16_deviation},
+      {"online-normalizer", "Milakov & Gimelshein 2018, 'Online normalizer calculation for softmax'",
+       "the online normalizer ... reduces memory accesses from 4 to 3 per vector element ... up to 1.3x speedup "
+       "for the softmax alone",
+       "one pass fewer over long rows, and a speedup of up to 1.3x",
+       "safe (3-pass) and online (2-pass) softmax of one row of 2^24 floats (64 MiB, beyond cache) in plain "
+       "C++ with std::exp, best of 5 runs each",
+       "holds if the online softmax is between 1.05x and 1.3x faster than the safe one (the access counts, 4 vs "
+       "3 per element, hold by construction and are reported); does not hold otherwise",
+       online_normalizer},
+      {"fp8-incoherent", "Shah et al. 2024, 'FlashAttention-3', sec. 4.3 (numerical error of FP8)",
+       "block quantization and incoherent processing ... 2.6x lower RMSE than baseline FP8 attention (inputs "
+       "with outlier features)",
+       "FP8 attention with per-block scales and a random Hadamard rotation of Q and K is 2.6x more accurate than "
+       "per-tensor FP8",
+       "emulated e4m3 (and e5m2) rounding, n = 1024, d = 64, Q, K, V iid N(0, 1) with 0.1% of entries N(0, 100); "
+       "baseline: one scale per tensor; improved: one scale per 64 rows of Q H, K H, V, H a random-sign "
+       "Hadamard; attention in double on the dequantised values; RMSE against the unquantised attention",
+       "holds if the e4m3 RMSE ratio baseline / improved lies within a factor 2 of 2.6, [1.3, 5.2]; does not "
+       "hold otherwise",
+       fp8_incoherent_processing},
   };
   return claims;
 }
