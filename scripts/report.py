@@ -346,6 +346,7 @@ def index_report(peak, build, bench, command, stamp, readings):
              "## Machine", "",
              f"- CPU: {peak.get('cpu')} ({peak.get('cores')} hardware threads), vector ISA used by the probe: "
              f"{peak.get('simd')}",
+             f"- CPU flags: {peak.get('cpu_flags', 'not recorded')}",
              f"- Measured peak (attn-lab peak, this run): fp32 FMA {peak['fp32_fma_gflops_core']:.1f} GFLOP/s one "
              f"thread, {peak['fp32_fma_gflops_all']:.1f} all; fp64 {peak['fp64_fma_gflops_core']:.1f} / "
              f"{peak['fp64_fma_gflops_all']:.1f}; SGEMM (1 thread) {peak['sgemm_gflops_1024']:.1f} at n = 1024, "

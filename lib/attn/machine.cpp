@@ -98,11 +98,12 @@ double triad_gbs(unsigned threads) {
   return 3.0 * 8.0 * double(n) * threads / s / 1e9;
 }
 
-std::string cpu_model() {
+// The value of the first /proc/cpuinfo line starting with `key`.
+std::string cpuinfo(const std::string& key) {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
   while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    if (line.rfind(key, 0) == 0 && line.find(':') != std::string::npos) return line.substr(line.find(':') + 2);
   return "unknown";
 }
 
@@ -112,7 +113,8 @@ MachinePeak measure_peak() {
   MachinePeak p;
   p.cores = std::max(1u, std::thread::hardware_concurrency());
   p.simd = xsimd::default_arch::name();
-  p.cpu = cpu_model();
+  p.cpu = cpuinfo("model name");
+  p.cpu_flags = cpuinfo("flags");
   p.fp32_fma_gflops_core = fma_gflops_one_thread<float>();
   p.fp64_fma_gflops_core = fma_gflops_one_thread<double>();
   p.fp32_fma_gflops_all = fma_gflops_all<float>(p.cores);
@@ -131,20 +133,20 @@ MachinePeak measure_peak() {
 }
 
 std::string to_json(const MachinePeak& p) {
-  char buf[2048];
+  char buf[8192];
   auto esc = [](const std::string& s) {
     std::string r;
     for (char c : s) r += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
     return r;
   };
   std::snprintf(buf, sizeof buf,
-                "{\"cpu\":\"%s\",\"cores\":%u,\"simd\":\"%s\",\"blas\":\"%s\","
+                "{\"cpu\":\"%s\",\"cpu_flags\":\"%s\",\"cores\":%u,\"simd\":\"%s\",\"blas\":\"%s\","
                 "\"fp32_fma_gflops_core\":%.2f,\"fp32_fma_gflops_all\":%.2f,"
                 "\"fp64_fma_gflops_core\":%.2f,\"fp64_fma_gflops_all\":%.2f,"
                 "\"sgemm_gflops_1024\":%.2f,\"sgemm_gflops_2048\":%.2f,"
                 "\"dgemm_gflops_1024\":%.2f,\"dgemm_gflops_2048\":%.2f,"
                 "\"triad_gbs_core\":%.2f,\"triad_gbs_all\":%.2f}",
-                esc(p.cpu).c_str(), p.cores, esc(p.simd).c_str(), esc(p.blas).c_str(), p.fp32_fma_gflops_core,
+                esc(p.cpu).c_str(), esc(p.cpu_flags).c_str(), p.cores, esc(p.simd).c_str(), esc(p.blas).c_str(), p.fp32_fma_gflops_core,
                 p.fp32_fma_gflops_all, p.fp64_fma_gflops_core, p.fp64_fma_gflops_all, p.sgemm_gflops_1024,
                 p.sgemm_gflops_2048, p.dgemm_gflops_1024, p.dgemm_gflops_2048, p.triad_gbs_core, p.triad_gbs_all);
   return buf;

@@ -18,6 +18,7 @@ struct MachinePeak {
   std::string simd;  // the vector instruction set the FMA probe used
   std::string blas;  // blas_info()
   std::string cpu;   // model name from /proc/cpuinfo
+  std::string cpu_flags;  // its feature flags
 };
 
 // Takes a few seconds: best of several repetitions of each probe.
