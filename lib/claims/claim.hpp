@@ -45,6 +45,9 @@ struct Claim {
 };
 
 const std::vector<Claim>& all_claims();
+
+// True when cfg can measure the heap; otherwise sets v inconclusive, saying why.
+bool heap_measurable(const Config& cfg, Verdict& v);
 std::string to_json(const Claim& c, const Verdict& v, double seconds);
 
 // The claims, one per file.

@@ -10,10 +10,7 @@ namespace attn::claims {
 
 Verdict memory_savings(const Config& cfg) {
   Verdict v;
-  if (!cfg.heap_reset || !cfg.heap_peak_growth) {
-    v.why = "no heap measurement available (run from attn-lab, which links the counting allocator)";
-    return v;
-  }
+  if (!heap_measurable(cfg, v)) return v;
   std::vector<std::size_t> ns = {2048, 4096};
   if (cfg.full()) ns.push_back(16384);
   if (cfg.smoke()) ns = {256, 512};

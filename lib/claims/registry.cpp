@@ -138,6 +138,13 @@ const std::vector<Claim>& all_claims() {
   return claims;
 }
 
+bool heap_measurable(const Config& cfg, Verdict& v) {
+  if (cfg.heap_reset && cfg.heap_peak_growth) return true;
+  v.outcome = Outcome::inconclusive;
+  v.why = "no heap measurement available (run from attn-lab, which links the counting allocator)";
+  return false;
+}
+
 std::string to_json(const Claim& c, const Verdict& v, double seconds) {
   auto str = [](std::string_view s) {
     std::string r = "\"";

@@ -8,10 +8,7 @@ namespace attn::claims {
 
 Verdict score_matrix_memory(const Config& cfg) {
   Verdict v;
-  if (!cfg.heap_reset || !cfg.heap_peak_growth) {
-    v.why = "no heap measurement available (run from attn-lab, which links the counting allocator)";
-    return v;
-  }
+  if (!heap_measurable(cfg, v)) return v;
   const std::size_t ns[2] = {1024, 2048};
   double peak[2] = {0, 0};
   for (int k = 0; k < 2; ++k) {
