@@ -210,7 +210,7 @@ def memory_report(rows, folder):
     return "\n".join(lines) + "\n", {b: m for b, (m, _) in fits.items()}
 
 
-DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32"}
+DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "e4m3": "fp32", "e5m2": "fp32"}
 
 
 def accuracy_report(acc, folder):
@@ -221,7 +221,7 @@ def accuracy_report(acc, folder):
     for p in pts:
         require(p, ["backend", "precision", "accumulate", "n", "d", "mask", "logit_scale", "max_abs", "u_store"],
                 "accuracy.json point")
-    precisions = [p for p in ("fp64", "fp32", "bf16", "fp16") if any(q["precision"] == p for q in pts)]
+    precisions = [p for p in DEFAULT_ACC if any(q["precision"] == p for q in pts)]
     backends = sorted({q["backend"] for q in pts})
 
     def pick(**fixed):
@@ -259,7 +259,9 @@ def accuracy_report(acc, folder):
             worst[prec] = w
     lines += ["Max |O - truth| / max |truth| against n (d = 64, no mask, scaled scores of unit variance), each "
               "precision at its default accumulation; the dotted line is the storage format's unit roundoff u. The truth is "
-              "the 50-digit reference where affordable, else the compensated double-double reference. Largest "
+              "the 50-digit reference where affordable, else the compensated double-double reference. e4m3 and "
+              "e5m2 are emulated: inputs and output quantised (power-of-two scale per tensor) around an fp32 "
+              "computation. Largest "
               "errors: " + "; ".join(f"{p}: {w['max_abs']:.2g} ({w['backend']}, n = {w['n']}, "
                                      f"{w['max_abs'] / w['u_store']:.2f} u)" for p, w in worst.items()) + ".", ""]
     lines += [f"![error vs logit scale]({f2})", ""]
@@ -315,7 +317,26 @@ def entropy_report(ent, folder):
     return "\n".join(lines) + "\n"
 
 
-def claims_report(claims):
+def claim_plot(plot, folder, name):
+    require(plot, ["title", "xlabel", "ylabel", "x", "series"], "claims.json plot")
+    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    for label, ys in plot["series"].items():
+        if len(ys) != len(plot["x"]):
+            raise ReportError(f"claims.json: plot '{plot['title']}' series '{label}' has {len(ys)} values "
+                              f"for {len(plot['x'])} x")
+        ax.plot(plot["x"], [y if y is not None else float("nan") for y in ys], "o-", label=label)
+    if plot.get("logx"):
+        ax.set_xscale("log")
+    if plot.get("logy"):
+        ax.set_yscale("log")
+    ax.set_xlabel(plot["xlabel"])
+    ax.set_ylabel(plot["ylabel"])
+    ax.set_title(plot["title"], fontsize=10)
+    ax.legend(fontsize=8)
+    return savefig(fig, folder, name)
+
+
+def claims_report(claims, folder):
     require(claims, ["claims", "profile"], "claims.json")
     if not claims["claims"]:
         raise ReportError("claims.json: no claims")
@@ -336,6 +357,9 @@ def claims_report(claims):
         lines += [f"| {k} | {v:.6g} |" if isinstance(v, (int, float)) else f"| {k} | {v} |"
                   for k, v in c["figures"].items()]
         lines.append("")
+        for k, plot in enumerate(c.get("plots", [])):
+            name = claim_plot(plot, folder, f"claim_{c['id']}_{k}.svg")
+            lines += [f"![{plot['title']}]({name})", ""]
     verdicts = [f"{c['id']} {c['verdict']}" for c in claims["claims"]]
     return "\n".join(lines) + "\n", verdicts
 
@@ -395,7 +419,7 @@ def make_report(data_dir, out_root, command, stamp=None):
         memory, mem_fits = memory_report(rows, tmp)
         accuracy, worst = accuracy_report(acc, tmp)
         entropy = entropy_report(ent, tmp)
-        ledger, verdicts = claims_report(claims)
+        ledger, verdicts = claims_report(claims, tmp)
         readings = [f"time exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(time_fits.items())),
                     f"peak-memory exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(mem_fits.items())),
                     "largest error at unit logits (d = 64, no mask): "

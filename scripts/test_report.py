@@ -49,7 +49,9 @@ def synthetic(folder):
     claims = {"kind": "claims", "profile": "smoke", "claims": [
         {"id": "toy", "source": "a paper", "quote": "q", "statement": "s", "experiment": "e", "criterion": "c",
          "verdict": "does not hold", "why": "measured 3 > 2", "command": "attn-lab claims --only toy",
-         "figures": {"ratio": 3.0}}]}
+         "figures": {"ratio": 3.0},
+         "plots": [{"title": "toy", "xlabel": "n", "ylabel": "e", "logx": True, "logy": False, "x": [1, 2],
+                    "series": {"a": [1.0, 2.0], "b": [2.0, None]}}]}]}
     for name, obj in (("peak.json", peak), ("bench.json", bench), ("accuracy.json", accuracy),
                       ("entropy.json", entropy), ("claims.json", claims), ("build.json", build)):
         with open(os.path.join(folder, name), "w") as f:
@@ -75,7 +77,7 @@ class ReportTest(unittest.TestCase):
         final, readings = report.make_report(self.data, self.out, "test", stamp="run1")
         for name in ("index.md", "scaling.md", "memory.md", "accuracy.md", "entropy.md", "claims.md", "scaling_n.svg",
                      "scaling_d.svg", "roofline.svg", "memory_n.svg", "accuracy_n.svg", "accuracy_scale.svg",
-                     "entropy.svg", "data/bench.json"):
+                     "entropy.svg", "claim_toy_0.svg", "data/bench.json"):
             path = os.path.join(final, name)
             self.assertTrue(os.path.getsize(path) > 0, name)
         self.assertEqual(os.readlink(os.path.join(self.out, "latest")), os.path.join("runs", "run1"))

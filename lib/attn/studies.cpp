@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "attn/fp8.hpp"
 #include "attn/random.hpp"
 
 namespace attn {
@@ -46,6 +47,25 @@ std::vector<AccuracyProblem> accuracy_problems(const std::string& profile) {
   return problems;
 }
 
+// One JSON point: `out` of backend b against the truth, with the bound.
+void write_point(std::ostringstream& json, bool& first, std::string_view backend, std::string_view precision,
+                 std::string_view accumulate, const AccuracyProblem& pr, bool exact, const xt::xtensor<double, 4>& out,
+                 const xt::xtensor<double, 4>& truth, double u_store, double u_acc, double bound) {
+  double max_ref = 0, sum2 = 0;
+  for (double x : truth) max_ref = std::max(max_ref, std::fabs(x));
+  const ErrorStats e = compare(out, truth, u_store);
+  for (std::size_t i = 0; i < out.size(); ++i) sum2 += (out.data()[i] - truth.data()[i]) * (out.data()[i] - truth.data()[i]);
+  json << (first ? "" : ",\n") << "{\"backend\":\"" << backend << "\",\"precision\":\"" << precision
+       << "\",\"accumulate\":\"" << accumulate << "\",\"n\":" << pr.n << ",\"d\":" << pr.d
+       << ",\"mask\":\"" << (pr.causal ? "causal" : "none") << "\",\"logit_scale\":" << number(pr.logit_scale)
+       << ",\"reference\":\"" << (exact ? "mp50" : "compensated") << "\",\"max_abs\":" << number(e.max_abs)
+       << ",\"max_rel\":" << number(e.max_rel) << ",\"rms\":" << number(std::sqrt(sum2 / double(out.size())))
+       << ",\"max_abs_over_u\":" << number(e.max_abs / (u_store * std::max(max_ref, 1e-300)))
+       << ",\"u_store\":" << number(u_store) << ",\"u_acc\":" << number(u_acc) << ",\"bound\":" << number(bound)
+       << ",\"finite\":" << (e.all_finite_where_ref_finite ? "true" : "false") << "}";
+  first = false;
+}
+
 std::string accuracy_sweep_json(const std::vector<AccuracyProblem>& problems, const Progress& progress) {
   const auto start = std::chrono::steady_clock::now();
   std::ostringstream json;
@@ -67,32 +87,27 @@ std::string accuracy_sweep_json(const std::vector<AccuracyProblem>& problems, co
     for (std::string_view precision : storage_names()) {
       const Inputs<double> seen = rounded_to(precision, in);
       const backends::GroundTruth truth = backends::ground_truth(seen, opt);
-      double max_ref = 0;
-      for (double x : truth.result.out) max_ref = std::max(max_ref, std::fabs(x));
       for (const BackendHandle& b : registered_backends()) {
         if (b.name == backends::Reference::name) continue;  // the truth itself
         for (Accumulate acc : accumulate_policies) {
           if (precision == "fp64" && acc == Accumulate::storage) continue;  // the same as fp64
           const RunReport r = b.run(precision, acc, in, opt, {}, 0);
-          const ErrorStats e = compare(r.out, truth.result.out, r.u_store);
-          double sum2 = 0;
-          for (std::size_t i = 0; i < r.out.size(); ++i) {
-            const double diff = r.out.data()[i] - truth.result.out.data()[i];
-            sum2 += diff * diff;
-          }
-          const ErrorBound bound = error_bound(seen, opt, r.u_acc, r.u_store);
-          json << (first ? "" : ",\n") << "{\"backend\":\"" << b.name << "\",\"precision\":\"" << precision
-               << "\",\"accumulate\":\"" << accumulate_name(acc) << "\",\"n\":" << pr.n << ",\"d\":" << pr.d
-               << ",\"mask\":\"" << (pr.causal ? "causal" : "none") << "\",\"logit_scale\":" << number(pr.logit_scale)
-               << ",\"reference\":\"" << (truth.exact ? "mp50" : "compensated") << "\",\"max_abs\":"
-               << number(e.max_abs) << ",\"max_rel\":" << number(e.max_rel)
-               << ",\"rms\":" << number(std::sqrt(sum2 / double(r.out.size())))
-               << ",\"max_abs_over_u\":" << number(e.max_abs / (r.u_store * std::max(max_ref, 1e-300)))
-               << ",\"u_store\":" << number(r.u_store) << ",\"u_acc\":" << number(r.u_acc)
-               << ",\"bound\":" << number(bound.out) << ",\"finite\":" << (e.all_finite_where_ref_finite ? "true" : "false")
-               << "}";
-          first = false;
+          write_point(json, first, b.name, precision, accumulate_name(acc), pr, truth.exact, r.out, truth.result.out,
+                      r.u_store, r.u_acc, error_bound(seen, opt, r.u_acc, r.u_store).out);
         }
+      }
+    }
+    // FP8 (emulated): inputs quantised to e4m3 / e5m2 with a power-of-two scale per
+    // tensor, every backend computing in fp32, the output quantised the same way.
+    for (const Fp8Format& f : {e4m3, e5m2}) {
+      const Inputs<double> seen{quantise_fp8(in.q, f), quantise_fp8(in.k, f), quantise_fp8(in.v, f)};
+      const backends::GroundTruth truth = backends::ground_truth(seen, opt);
+      for (const BackendHandle& b : registered_backends()) {
+        if (b.name == backends::Reference::name) continue;
+        const RunReport r = b.run("fp32", Accumulate::fp32, seen, opt, {}, 0);
+        const double bound = error_bound(seen, opt, r.u_acc, f.unit_roundoff()).out;
+        write_point(json, first, b.name, f.name, "fp32", pr, truth.exact, quantise_fp8(r.out, f), truth.result.out,
+                    f.unit_roundoff(), r.u_acc, bound);
       }
     }
   }

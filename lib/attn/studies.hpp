@@ -26,8 +26,9 @@ std::vector<AccuracyProblem> accuracy_problems(const std::string& profile);
 
 // Every registered backend except the reference, every precision and
 // policy, on each problem (seeded 1000 + index), against the ground truth of
-// the inputs rounded to that precision. One JSON object per line of
-// "points", plus the settings.
+// the inputs rounded to that precision; plus emulated FP8 (e4m3, e5m2):
+// inputs and output quantised with a power-of-two scale per tensor, the
+// backend computing in fp32. One JSON object per line of "points".
 std::string accuracy_sweep_json(const std::vector<AccuracyProblem>& problems, const Progress& progress);
 
 struct EntropyRow {

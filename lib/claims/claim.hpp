@@ -21,10 +21,19 @@ struct Figure {
   double value = 0;
 };
 
+// A figure for the report, where one helps: lines y(x), one per series.
+struct Plot {
+  std::string title, xlabel, ylabel;
+  bool logx = false, logy = false;
+  std::vector<double> x;
+  std::vector<std::pair<std::string, std::vector<double>>> series;  // (label, y for each x)
+};
+
 struct Verdict {
   Outcome outcome = Outcome::inconclusive;
   std::string why;              // the numbers that decided it, in a sentence
   std::vector<Figure> figures;  // the measured figures
+  std::vector<Plot> plots;      // optional figures for the report
 };
 
 struct Config {

@@ -20,6 +20,11 @@ Verdict entropy_collapse(const Config& cfg) {
     if (i + 1 < rows.size())
       falls = falls && rows[i + 1].raw_mean < rows[i].raw_mean - 5 * std::hypot(rows[i].raw_se, rows[i + 1].raw_se);
   }
+  Plot plot{"mean softmax entropy over 10 keys", "d_k", "nats", true, false, {}, {}};
+  std::vector<double> raw, scaled;
+  for (const auto& r : rows) plot.x.push_back(double(r.d)), raw.push_back(r.raw_mean), scaled.push_back(r.scaled_mean);
+  plot.series = {{"softmax(q.k)", raw}, {"softmax(q.k / sqrt(d_k))", scaled}};
+  v.plots.push_back(plot);
   const double fall = rows.front().raw_mean - rows.back().raw_mean;
   const double spread = (hi - lo) / fall;
   v.figures.push_back({"scaled spread / unscaled fall", spread});

@@ -56,6 +56,8 @@ Verdict fp16_pv_accumulation(const Config& cfg) {
     v.figures.push_back({"n=" + std::to_string(n) + " fp32 accumulation", err32});
     if (cfg.progress) cfg.progress("fp16-pv: n=" + std::to_string(n));
   }
+  v.plots.push_back({"max |P V error| by accumulation", "n (keys)", "max abs error", true, true, ns,
+                     {{"fp16 accumulation", e16}, {"fp32 accumulation", e32}}});
   const double x16 = exponent(ns, e16), x32 = exponent(ns, e32);
   v.figures.push_back({"exponent fp16", x16});
   v.figures.push_back({"exponent fp32", x32});

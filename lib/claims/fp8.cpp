@@ -9,30 +9,13 @@
 #include <sstream>
 #include <vector>
 
+#include "attn/fp8.hpp"
 #include "attn/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {
 
 namespace {
-
-struct Fp8Format {
-  const char* name;
-  int mantissa_bits, min_exponent;
-  double max_finite;
-};
-constexpr Fp8Format e4m3{"e4m3", 3, -6, 448.0}, e5m2{"e5m2", 2, -14, 57344.0};
-
-// Round to nearest (ties to even, the default rounding mode) on the format's grid.
-double round_fp8(double x, const Fp8Format& f) {
-  if (x == 0 || !std::isfinite(x)) return x;
-  int e = 0;
-  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e)
-  const int exponent = std::max(e - 1, f.min_exponent);
-  const double ulp = std::ldexp(1.0, exponent - f.mantissa_bits);
-  const double r = std::nearbyint(x / ulp) * ulp;
-  return std::fabs(r) > f.max_finite ? std::copysign(f.max_finite, x) : r;
-}
 
 using Matrix = std::vector<std::vector<double>>;
 
@@ -122,9 +105,10 @@ Verdict fp8_incoherent_processing(const Config& cfg) {
     for (std::size_t r = 0; r < n; r += block) quantise(qi, r, r + block, f), quantise(ki, r, r + block, f),
                                                  quantise(vi, r, r + block, f);
     const double improved = rmse(attention(qi, ki, vi), exact);
-    v.figures.push_back({std::string(f.name) + " RMSE baseline", base});
-    v.figures.push_back({std::string(f.name) + " RMSE block + incoherent", improved});
-    v.figures.push_back({std::string(f.name) + " ratio", base / improved});
+    const std::string name(f.name);
+    v.figures.push_back({name + " RMSE baseline", base});
+    v.figures.push_back({name + " RMSE block + incoherent", improved});
+    v.figures.push_back({name + " ratio", base / improved});
     if (f.mantissa_bits == e4m3.mantissa_bits) ratio_e4m3 = base / improved;
   }
   v.outcome = ratio_e4m3 >= 1.3 && ratio_e4m3 <= 5.2 ? Outcome::holds : Outcome::does_not_hold;

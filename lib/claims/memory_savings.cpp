@@ -15,6 +15,8 @@ Verdict memory_savings(const Config& cfg) {
   if (cfg.full()) ns.push_back(16384);
   if (cfg.smoke()) ns = {256, 512};
   bool ok = true;
+  Plot plot{"extra heap of one call beyond the output", "n", "bytes", true, true, {}, {}};
+  std::vector<double> naive_bytes, streaming_bytes;
   std::ostringstream why;
   why.precision(3);
   for (std::size_t n : ns) {
@@ -30,6 +32,9 @@ Verdict memory_savings(const Config& cfg) {
       v.figures.push_back({std::string(names[k]) + " n=" + std::to_string(n) + " extra bytes", extra[k]});
       v.figures.push_back({std::string(names[k]) + " n=" + std::to_string(n) + " seconds", seconds[k]});
     }
+    plot.x.push_back(double(n));
+    naive_bytes.push_back(extra[0]);
+    streaming_bytes.push_back(extra[1]);
     const double saving = extra[0] / extra[1], time_ratio = seconds[1] / seconds[0];
     v.figures.push_back({"n=" + std::to_string(n) + " saving", saving});
     const double needed = n >= 16384 ? 59 : n >= 4096 ? 20 : 10;
@@ -38,6 +43,8 @@ Verdict memory_savings(const Config& cfg) {
         << time_ratio << "; ";
     if (cfg.progress) cfg.progress("memory-savings: n=" + std::to_string(n));
   }
+  plot.series = {{"naive", naive_bytes}, {"streaming", streaming_bytes}};
+  v.plots.push_back(plot);
   v.outcome = ok ? Outcome::holds : Outcome::does_not_hold;
   v.why = why.str().substr(0, why.str().size() - 2);
   return v;

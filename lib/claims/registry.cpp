@@ -167,7 +167,30 @@ std::string to_json(const Claim& c, const Verdict& v, double seconds) {
     if (std::isfinite(v.figures[i].value)) o << v.figures[i].value;
     else o << "null";
   }
-  o << "}}";
+  o << "},\"plots\":[";
+  auto numbers = [&](const std::vector<double>& xs) {
+    o << "[";
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      o << (i ? "," : "");
+      if (std::isfinite(xs[i])) o << xs[i];
+      else o << "null";
+    }
+    o << "]";
+  };
+  for (std::size_t p = 0; p < v.plots.size(); ++p) {
+    const Plot& pl = v.plots[p];
+    o << (p ? "," : "") << "{\"title\":" << str(pl.title) << ",\"xlabel\":" << str(pl.xlabel)
+      << ",\"ylabel\":" << str(pl.ylabel) << ",\"logx\":" << (pl.logx ? "true" : "false")
+      << ",\"logy\":" << (pl.logy ? "true" : "false") << ",\"x\":";
+    numbers(pl.x);
+    o << ",\"series\":{";
+    for (std::size_t k = 0; k < pl.series.size(); ++k) {
+      o << (k ? "," : "") << str(pl.series[k].first) << ":";
+      numbers(pl.series[k].second);
+    }
+    o << "}}";
+  }
+  o << "]}";
   return o.str();
 }
 

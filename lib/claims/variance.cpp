@@ -12,6 +12,8 @@ Verdict variance_of_scores(const Config& cfg) {
   const std::size_t samples = cfg.full() ? 200000 : cfg.smoke() ? 2000 : 20000;
   Verdict v;
   v.outcome = Outcome::holds;
+  Plot plot{"var(q.k) / d_k against sigma^4", "d_k", "var(q.k) / (d_k sigma^4)", true, false, {}, {}};
+  std::vector<double> ratio[2];
   double worst_sigmas = 0;
   std::string worst;
   for (const bool uniform : {false, true}) {
@@ -40,6 +42,8 @@ Verdict variance_of_scores(const Config& cfg) {
       v.figures.push_back({tag + " var(q.k)", var});
       v.figures.push_back({tag + " var(q.k/sqrt(d))", var / double(d)});
       v.figures.push_back({tag + " deviation in sd", sigmas});
+      if (!uniform) plot.x.push_back(double(d));
+      ratio[uniform].push_back(var / predicted);
       if (sigmas > worst_sigmas) {
         worst_sigmas = sigmas;
         worst = tag;
@@ -48,6 +52,8 @@ Verdict variance_of_scores(const Config& cfg) {
       if (cfg.progress) cfg.progress("variance: " + tag);
     }
   }
+  plot.series = {{"N(0, 1)", ratio[0]}, {"uniform[-1, 1]", ratio[1]}};
+  v.plots.push_back(plot);
   std::ostringstream why;
   why.precision(3);
   why << "largest deviation from d_k sigma^4: " << worst_sigmas << " standard deviations (" << worst << "), over "
