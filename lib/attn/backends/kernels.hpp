@@ -9,6 +9,8 @@
 #include <limits>
 #include <type_traits>
 
+#include <xsimd/xsimd.hpp>
+
 #include "attn/backend.hpp"
 
 namespace attn::detail {
@@ -109,15 +111,45 @@ void mask_row(A* s, const MaskView& mask, std::size_t b, std::size_t i, std::siz
   }
 }
 
+// s[j] = exp(s[j] - m) for j < n; returns their sum. For float and double
+// with simd = true, xsimd's vectorised exp (within 1.5 ulp of std::exp for
+// float over [-87, 0], measured; results below ~1e-38 flush to 0, an
+// absolute change far under every bound) and lane-wise partial sums;
+// otherwise std::exp (or the type's exp) in order. -inf gives 0 either way.
+template <class A>
+A exp_shifted_sum(A* s, std::size_t n, A m, bool simd) {
+  A sum = convert<A>(0.0);
+  std::size_t j = 0;
+  if constexpr (is_native_float<A>) {
+    if (simd) {
+      using batch = xsimd::batch<A>;
+      const batch shift(m);
+      batch acc(A(0));
+      for (; j + batch::size <= n; j += batch::size) {
+        const batch e = xsimd::exp(batch::load_unaligned(s + j) - shift);
+        e.store_unaligned(s + j);
+        acc += e;
+      }
+      sum = xsimd::hadd(acc);
+    }
+  }
+  for (; j < n; ++j) {
+    s[j] = exp_of<A>(s[j] - m);
+    sum += s[j];
+  }
+  return sum;
+}
+
 template <class A>
 struct RowSoftmax {
   A m, l;              // row max and sum of exp(s - m)
   bool fully_masked;   // m = -inf: weights 0, output 0, lse -inf
 };
 
-// p_j = exp(s_j - m) / l in place, m = max_j s_j, l = sum_j exp(s_j - m).
+// p_j = exp(s_j - m) / l in place, m = max_j s_j, l = sum_j exp(s_j - m);
+// `simd`: see exp_shifted_sum (the naive backend keeps scalar exp on purpose).
 template <class A>
-RowSoftmax<A> softmax_row(A* s, std::size_t n) {
+RowSoftmax<A> softmax_row(A* s, std::size_t n, bool simd = false) {
   const A minus_inf = neg_infinity<A>(), zero = convert<A>(0.0);
   A m = minus_inf;
   for (std::size_t j = 0; j < n; ++j)
@@ -126,11 +158,7 @@ RowSoftmax<A> softmax_row(A* s, std::size_t n) {
     std::fill(s, s + n, zero);
     return {m, zero, true};
   }
-  A l = zero;
-  for (std::size_t j = 0; j < n; ++j) {
-    s[j] = exp_of<A>(s[j] - m);
-    l += s[j];
-  }
+  const A l = exp_shifted_sum(s, n, m, simd);
   for (std::size_t j = 0; j < n; ++j) s[j] /= l;
   return {m, l, false};
 }

@@ -62,7 +62,7 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
           // P_i = softmax(S_i)
           A* p_i = slab + r_ * cols;
           mask_row(p_i, mask, b, i0 + r_, lo, cols);
-          const RowSoftmax<A> row = softmax_row(p_i, cols);
+          const RowSoftmax<A> row = softmax_row(p_i, cols, /*simd=*/true);
           if (r.lse) (*r.lse)(b, h, i0 + r_) = row_lse(row);
           if (r.weights) {
             double* w = &(*r.weights)(b, h, i0 + r_, 0);

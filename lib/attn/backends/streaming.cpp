@@ -68,11 +68,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
               std::fill(s, s + cols, zero);
               continue;
             }
-            A row_sum = zero;
-            for (std::size_t c = 0; c < cols; ++c) {
-              s[c] = exp_of<A>(s[c] - m_new);
-              row_sum += s[c];
-            }
+            const A row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);
             // l_i = exp(m_i - m_new) l_i + rowsum(P~);  O_i = diag(exp(m_i - m_new)) O_i
             if (m_new > m_i[r_]) {
               const A alpha = m_i[r_] > minus_inf ? exp_of<A>(m_i[r_] - m_new) : zero;
