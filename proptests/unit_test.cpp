@@ -254,6 +254,18 @@ TEST(Workspace, AScoreMatrixOverTheCapIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("naive needs"), std::string::npos) << e.what();
   }
+  // Requested weights count against the cap too, even for a backend with a tiny workspace.
+  // Cap 100,000 B: streaming's tile workspace (~17 KB) fits, the 256 x 256 weights (512 KiB) do not.
+  ::setenv("ATTN_MEMORY_CAP", "100000", 1);
+  Options with_weights;
+  with_weights.need_weights = true;
+  try {
+    (void)run_checked<backends::Streaming, float, Accumulate::fp32>(
+        convert_inputs<float>(random_inputs({1, 1, 256, 256, 1, 1}, 3)), with_weights);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("weights"), std::string::npos) << e.what();
+  }
   ::setenv("ATTN_MEMORY_CAP", "lots", 1);
   EXPECT_THROW(workspace_cap(), Error);
   ::unsetenv("ATTN_MEMORY_CAP");

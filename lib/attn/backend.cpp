@@ -22,7 +22,9 @@ std::size_t workspace_cap() {
 void check_workspace(std::string_view backend, std::string_view what, std::size_t bytes) {
   const std::size_t cap = workspace_cap();
   if (bytes > cap) {
-    auto mib = [](std::size_t b) { return std::to_string(b >> 20) + " MiB"; };
+    auto mib = [](std::size_t b) {
+      return b >= (std::size_t(1) << 20) ? std::to_string(b >> 20) + " MiB" : std::to_string(b) + " bytes";
+    };
     throw Error(std::string(backend) + " needs " + mib(bytes) + " for " + std::string(what) +
                 ", over the memory cap of " + mib(cap) +
                 " (a quarter of RAM; set ATTN_MEMORY_CAP to change it)");

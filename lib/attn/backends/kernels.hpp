@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
 #include <type_traits>
 
 #include <xsimd/xsimd.hpp>
@@ -16,9 +17,14 @@
 namespace attn::detail {
 
 // The Result a backend fills: out [B, H, n_q, d_v], and weights / lse when
-// asked for (lse also when `lse_always`, for backends that need it).
+// asked for (lse also when `lse_always`, for backends that need it). The
+// weights are checked against the memory cap like any workspace.
 template <class S>
-Result<S> allocate_result(const Shape& sh, const Options& opt, std::size_t workspace_bytes, bool lse_always = false) {
+Result<S> allocate_result(std::string_view backend, const Shape& sh, const Options& opt, std::size_t workspace_bytes,
+                          bool lse_always = false) {
+  if (opt.need_weights)
+    check_workspace(backend, "the returned n_q x n_kv weights (double)",
+                    sh.batch * sh.heads * sh.n_q * sh.n_kv * sizeof(double));
   Result<S> r;
   r.out = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, sh.n_q, sh.d_v});
   if (opt.need_weights) r.weights = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, sh.n_q, sh.n_kv});

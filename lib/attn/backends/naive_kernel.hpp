@@ -53,7 +53,7 @@ Result<S> naive_attention(const Inputs<S>& in, const Options& opt, Workspace& ws
   Arena arena(ws, std::is_trivially_copyable_v<A> ? bytes : 0);
   Scratch<A> scores(arena, n_q * n_kv), o_row(arena, d_v);
 
-  Result<S> r = allocate_result<S>(sh, opt, bytes);
+  Result<S> r = allocate_result<S>(backend, sh, opt, bytes);
 
   const MaskView mask(opt.mask, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));

@@ -40,7 +40,7 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
   A* k_buf = arena.take<A>(widen_count<A, S>(n_kv * d_k));
   A* v_buf = arena.take<A>(widen_count<A, S>(n_kv * d_v));
 
-  Result<S> r = allocate_result<S>(sh, opt, bytes);
+  Result<S> r = allocate_result<S>(backend, sh, opt, bytes);
 
   const MaskView mask(opt.mask, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));

@@ -34,7 +34,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   A* k_buf = arena.take<A>(widen_count<A, S>(B_c * d_k));
   A* v_buf = arena.take<A>(widen_count<A, S>(B_c * d_v));
 
-  Result<S> r = allocate_result<S>(sh, opt, bytes, /*lse_always=*/opt.need_weights);
+  Result<S> r = allocate_result<S>(Streaming::name, sh, opt, bytes, /*lse_always=*/opt.need_weights);
 
   const MaskView mask(opt.mask, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));
