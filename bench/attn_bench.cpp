@@ -4,6 +4,9 @@
 //   attn/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>
 //   attn/<backend>/<precision>/causal:<0|1>/threads:<t>/n_q:<n_q>/n_kv:<n_kv>/d:<d>
 //   attn_cold/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>   (allocation and first touch included)
+//   attn_h8/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>  (B = 1, H = 8: the performance targets)
+// Every other family runs B = H = 1. threads:<t> is the streaming backend's
+// own worker count and OpenBLAS's thread count for the BLAS backends.
 // Counters: FLOP/s (4 B H n_q n_kv d, halved for causal), bytes of Q/K/V/O
 // per second, the model's workspace bytes, the measured peak heap of one
 // cold call, and the error against the reference (50 digits where
@@ -40,18 +43,28 @@ struct Profile {
   bool all_precisions_everywhere;           // else fp32 everywhere, others at n_other only
   std::size_t n_other = 1024, d_other = 64;  // where the non-fp32 precisions run in a reduced profile
   std::size_t thread_n = 4096;              // where threads:2 runs in a reduced profile
+  // Streaming only, fp32, d_other: the n series of its peak-heap counter.
+  std::vector<std::size_t> streaming_memory_n = {};
+  // attn_h8: B = 1, H = 8 at this n (0: none), d in d.
+  std::size_t h8_n = 0;
 };
 
 Profile profile(const std::string& name) {
   if (name == "full")
     return {{128, 256, 512, 1024, 2048, 4096, 8192, 16384}, {32, 64, 128, 256}, {1024, 4096, 16384, 65536}, {}, {},
-            {false, true}, true};
-  if (name == "quick") return {{1024, 4096}, {64, 128}, {4096, 65536}, {256, 512, 2048}, {32, 256}, {false, true}, false};
+            {false, true}, true, 1024, 64, 4096, {}, 4096};
+  if (name == "quick") {
+    Profile p{{1024, 4096}, {64, 128}, {4096, 65536}, {256, 512, 2048}, {32, 256}, {false, true}, false};
+    p.streaming_memory_n = {8192, 16384};
+    p.h8_n = 4096;
+    return p;
+  }
   if (name == "smoke") {
     Profile p{{128}, {32}, {256}, {}, {}, {false, true}, true};
     p.n_other = 128;
     p.d_other = 32;
     p.thread_n = 128;
+    p.h8_n = 128;
     return p;
   }
   std::fprintf(stderr, "attn-bench: unknown profile '%s' (smoke, quick, full)\n", name.c_str());
@@ -96,12 +109,14 @@ struct Slot {
 Slot slot;
 
 template <class B, class S>
-const Prepared<S>& prepare(const std::string& key, const Shape& shape, bool causal) {
+const Prepared<S>& prepare(const std::string& key, const Shape& shape, bool causal, int threads) {
   if (slot.key == key) return *static_cast<const Prepared<S>*>(slot.data.get());
   slot = {};
   auto p = std::make_shared<Prepared<S>>();
   constexpr Accumulate P = default_accumulate<S>;
   if (causal) p->opt.mask = mask::Causal{};
+  p->opt.threads = static_cast<std::size_t>(threads);
+  set_blas_threads(threads);
   p->model = B::template workspace_bytes<S, P>(shape, p->opt);
   const std::size_t need = p->model + 2 * tensor_bytes<S>(shape);
   if (need > memory_cap) p->skip = cap_message(need, memory_cap);
@@ -138,7 +153,7 @@ template <class B, class S>
 void run_benchmark(benchmark::State& state, const std::string& key, Shape shape, bool causal, int threads,
                    bool cold) {
   constexpr Accumulate P = default_accumulate<S>;
-  const Prepared<S>& p = prepare<B, S>(key, shape, causal);
+  const Prepared<S>& p = prepare<B, S>(key, shape, causal, threads);
   if (!p.skip.empty()) return state.SkipWithError(p.skip.c_str());
   set_blas_threads(threads);
 
@@ -170,6 +185,9 @@ void run_benchmark(benchmark::State& state, const std::string& key, Shape shape,
   state.counters["qkvo_bytes/s"] = double(tensor_bytes<S>(shape)) * calls / wall;
   state.counters["workspace_model_bytes"] = double(p.model);
   state.counters["peak_heap_bytes"] = double(p.peak);
+  // The same less the output tensor the call returns: the backend's own extra memory.
+  const double out_bytes = double(shape.batch * shape.heads * shape.n_q * shape.d_v * sizeof(S));
+  state.counters["peak_extra_heap_bytes"] = std::max(0.0, double(p.peak) - out_bytes);
   state.counters["max_abs_error"] = p.err;
   state.counters["error_bound"] = p.bound;
   state.counters["error_ref_digits"] = p.exact_ref ? 50 : 16;
@@ -214,6 +232,27 @@ void register_all(const Profile& prof) {
                 add<B, S>(prof, "attn", {1, 1, n, n, d, d}, causal, 2, false, false);
           }
         }
+      if constexpr (std::is_same_v<B, backends::Streaming>) {
+        if (fp32)
+          for (std::size_t n : prof.streaming_memory_n)
+            add<B, S>(prof, "attn", {1, 1, n, n, prof.d_other, prof.d_other}, false, 1, false, false);
+      }
+      // The performance targets at B = 1, H = 8: the GEMM backends and streaming in fp32
+      // (streaming also causal and on 2 threads), streaming in bf16 and fp16.
+      if (prof.h8_n && !std::is_same_v<B, backends::Naive> && !requires { B::exact; }) {
+        constexpr bool streaming = std::is_same_v<B, backends::Streaming>;
+        for (std::size_t d : prof.d) {
+          const Shape s8{1, 8, prof.h8_n, prof.h8_n, d, d};
+          if (fp32) add<B, S>(prof, "attn_h8", s8, false, 1, false, false);
+          if (fp32 && streaming) {
+            add<B, S>(prof, "attn_h8", s8, true, 1, false, false);
+            add<B, S>(prof, "attn_h8", s8, false, 2, false, false);
+            add<B, S>(prof, "attn_h8", s8, true, 2, false, false);
+          }
+          if (streaming && (std::is_same_v<S, bf16> || std::is_same_v<S, fp16>))
+            add<B, S>(prof, "attn_h8", s8, false, 1, false, false);
+        }
+      }
       if (fp32) {
         for (std::size_t n : prof.scaling_n)
           add<B, S>(prof, "attn", {1, 1, n, n, prof.d_other, prof.d_other}, false, 1, false, false);

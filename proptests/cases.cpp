@@ -61,6 +61,7 @@ Options Case::options() const {
   Options opt;
   opt.block_q = block_q;
   opt.block_k = block_k;
+  opt.threads = threads;
   switch (mask) {
     case MaskKind::none: break;
     case MaskKind::causal: opt.mask = mask::Causal{}; break;
@@ -112,8 +113,8 @@ std::string describe(const Case& c) {
     os << " (masked row " << c.masked_row << ", masked keys [" << c.masked_keys_begin << ", " << c.masked_keys_end
        << "))";
   os << " magnitude=" << magnitude_name(c.magnitude) << " logit_scale=" << c.logit_scale
-     << " accumulate=" << accumulate_name(c.policy) << " block_q=" << c.block_q << " block_k=" << c.block_k
-     << " seed=" << c.seed;
+     << " accumulate=" << accumulate_name(c.policy) << " block_q=" << c.block_q  << " block_k=" << c.block_k
+     << " threads=" << c.threads << " seed=" << c.seed;
   return os.str();
 }
 
@@ -172,6 +173,7 @@ rc::Gen<Case> gen_case(double cost_budget, bool allow_masks) {
     c.policy = *rc::gen::element(Accumulate::fp32, Accumulate::fp32, Accumulate::fp64, Accumulate::storage);
     c.block_q = *rc::gen::element<std::size_t>(0, 0, 1, 3, 16, 17, 64, 512);
     c.block_k = *rc::gen::element<std::size_t>(0, 0, 1, 5, 16, 31, 64, 512);
+    c.threads = *rc::gen::element<std::size_t>(1, 1, 2, 3);
     c.seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     return c;
   });

@@ -33,6 +33,7 @@ struct Case {
   double logit_scale = 1;
   Accumulate policy = Accumulate::fp32;
   std::size_t block_q = 0, block_k = 0;  // 0: the backend's default
+  std::size_t threads = 1;               // Options::threads (streaming's workers)
   std::uint64_t seed = 0;
 
   // The inputs for storage whose largest finite value is max_storage (Q is

@@ -334,13 +334,17 @@ void finite_for_finite_inputs(const BackendHandle& b, const Case& c) {
   });
 }
 
-// 9. A second run gives the same bits; the case's block sizes and the
-// backend's defaults agree within the two runs' bounds.
+// 9. A second run gives the same bits, and so does one thread instead of the
+// case's (each query block is computed whole by one worker); the case's block
+// sizes and the backend's defaults agree within the two runs' bounds.
 void block_size_independent_and_deterministic(const BackendHandle& b, const Case& c) {
   for_each_precision(b, c, false, [&](const Run& run) {
     const Run again = run_case(b, c, run.precision, false, &run.opt, &run.in);
     RC_ASSERT(again.r.out == run.r.out);
     RC_ASSERT(*again.r.lse == *run.r.lse);
+    Options single = run.opt;
+    single.threads = 1;
+    RC_ASSERT(run_case(b, c, run.precision, false, &single, &run.in).r.out == run.r.out);
     Options defaults = run.opt;
     defaults.block_q = defaults.block_k = 0;
     const Run other = run_case(b, c, run.precision, false, &defaults, &run.in);

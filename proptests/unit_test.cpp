@@ -11,6 +11,7 @@
 #include <xtensor/xnpy.hpp>
 
 #include "attn/npy.hpp"
+#include "attn/parallel.hpp"
 #include "attn/random.hpp"
 #include "attn/registry.hpp"
 
@@ -168,6 +169,34 @@ TEST(Validate, NamesTheOffendingTensorAndDimension) {
   Options s;
   s.scale = std::numeric_limits<double>::infinity();
   expect_error(small(), s, "scale");
+  Options t;
+  t.threads = 0;
+  expect_error(small(), t, "threads is 0, must be between 1 and 1024");
+}
+
+// --- parallel_for ---------------------------------------------------------------
+
+TEST(ParallelFor, RunsEveryItemOnceOnAnyThreadCount) {
+  for (std::size_t threads : {1, 2, 3, 8})
+    for (std::size_t count : {0, 1, 5, 64}) {
+      std::vector<std::atomic<int>> seen(count);
+      std::atomic<std::size_t> max_worker{0};
+      parallel_for(count, threads, [&](std::size_t item, std::size_t worker) {
+        ++seen[item];
+        std::size_t m = max_worker;
+        while (worker > m && !max_worker.compare_exchange_weak(m, worker)) {}
+      });
+      for (std::size_t i = 0; i < count; ++i) EXPECT_EQ(seen[i], 1) << "item " << i << " threads " << threads;
+      EXPECT_LT(max_worker.load(), std::max<std::size_t>(1, std::min(threads, count)));
+    }
+}
+
+TEST(ParallelFor, AWorkersExceptionReachesTheCaller) {
+  EXPECT_THROW(parallel_for(100, 2,
+                            [](std::size_t item, std::size_t) {
+                              if (item == 37) throw Error("item 37 failed");
+                            }),
+               Error);
 }
 
 // --- Mask semantics ------------------------------------------------------------------

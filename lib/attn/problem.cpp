@@ -89,6 +89,8 @@ void validate(const Inputs<S>& in, const Options& opt) {
   }
   const double scale = opt.resolved_scale(s);
   if (!std::isfinite(scale)) fail("scale is " + std::to_string(scale) + ", must be finite");
+  if (opt.threads < 1 || opt.threads > 1024)
+    fail("threads is " + std::to_string(opt.threads) + ", must be between 1 and 1024");
 
   struct {
     const Shape& s;

@@ -66,6 +66,7 @@ struct Options {
   bool allow_nonfinite = false;  // accept Inf/NaN in Q, K, V (for stability experiments)
   std::size_t block_q = 0;    // query block B_q of blocked backends; 0 = the backend's default
   std::size_t block_k = 0;    // key block B_k of streaming backends; 0 = the backend's default
+  std::size_t threads = 1;    // worker threads of backends that thread themselves (streaming); >= 1
 
   double resolved_scale(const Shape& s) const;
 };

@@ -62,6 +62,8 @@ attend, what to compute:
                                  scores; -inf masks). Causal and window align bottom-right:
                                  query i sees key j iff j <= i + n_kv - n_q.
   --block-q N, --block-k N       block sizes of blocked/streaming backends (default: theirs)
+  --threads N                    threads: streaming runs N workers over batch x heads x query
+                                 blocks; math and blocked let OpenBLAS use N (default 1)
   --allow-nonfinite              accept Inf/NaN in Q, K, V instead of rejecting them
   --repeat N                     after the first (cold) call, N more calls reusing its warm
                                  workspace; reports their median as warm seconds
@@ -166,7 +168,7 @@ int attend(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"--q", "--k", "--v", "--random", "--seed", "--logit-scale", "--backend", "--precision",
                    "--accumulate", "--scale", "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse",
-                   "--repeat"},
+                   "--repeat", "--threads"},
                   {"--check", "--json", "--allow-nonfinite", "--help"});
   if (args.flag("--help")) {
     std::cout << kHelp;
@@ -197,6 +199,8 @@ int attend(const std::vector<std::string>& argv) {
   opt.mask = parse_mask(args.str("--mask", "none"), shape.batch);
   opt.block_q = args.count("--block-q", 0);
   opt.block_k = args.count("--block-k", 0);
+  opt.threads = args.count("--threads", 1);
+  set_blas_threads(static_cast<int>(std::clamp<std::uint64_t>(opt.threads, 1, 1024)));  // validate() rejects the rest
   opt.allow_nonfinite = args.flag("--allow-nonfinite");
   opt.need_weights = args.has("--weights") || args.flag("--check");
   opt.need_lse = args.has("--lse") || args.flag("--check");

@@ -146,6 +146,31 @@ A exp_shifted_sum(A* s, std::size_t n, A m, bool simd) {
   return sum;
 }
 
+// max_j s[j] (-inf for n = 0), ignoring NaN as `if (s[j] > m) m = s[j]`
+// does (the exp that follows propagates it); lane-wise for float and double.
+template <class A>
+A row_max(const A* s, std::size_t n) {
+  A m = neg_infinity<A>();
+  std::size_t j = 0;
+  if constexpr (is_native_float<A>) {
+    using batch = xsimd::batch<A>;
+    if (n >= batch::size) {
+      batch acc(m);
+      for (; j + batch::size <= n; j += batch::size) {
+        const batch x = batch::load_unaligned(s + j);
+        acc = xsimd::select(x > acc, x, acc);
+      }
+      alignas(64) A lanes[batch::size];
+      acc.store_aligned(lanes);
+      for (const A x : lanes)
+        if (x > m) m = x;
+    }
+  }
+  for (; j < n; ++j)
+    if (s[j] > m) m = s[j];
+  return m;
+}
+
 template <class A>
 struct RowSoftmax {
   A m, l;              // row max and sum of exp(s - m)
@@ -157,9 +182,7 @@ struct RowSoftmax {
 template <class A>
 RowSoftmax<A> softmax_row(A* s, std::size_t n, bool simd = false) {
   const A minus_inf = neg_infinity<A>(), zero = convert<A>(0.0);
-  A m = minus_inf;
-  for (std::size_t j = 0; j < n; ++j)
-    if (s[j] > m) m = s[j];
+  const A m = row_max(s, n);
   if (!(m > minus_inf)) {
     std::fill(s, s + n, zero);
     return {m, zero, true};
