@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
+
+#include "attn/backends/kernels.hpp"
 
 namespace attn {
 
@@ -57,25 +60,38 @@ ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_ac
   const MaskView mask(opt.mask, sh);
   const double scale = std::fabs(opt.resolved_scale(sh));
   double score_mag = 0, max_v = 0, max_lse = 0;
+  // Q K^T and |Q| |K|^T as GEMMs (in blocks of query rows: the bound costs
+  // two fp64 GEMMs, not a scalar triple loop). |Q| |K|^T is a sum of
+  // non-negative terms, so its computed value is within a factor
+  // (1 + d_k u) of the exact one; the factor below keeps it an upper bound.
+  const double mag_up = 1 + 2 * double(sh.d_k) * 0x1p-53;
+  const std::size_t block = std::min<std::size_t>(256, sh.n_q), d = sh.d_k, n_kv = sh.n_kv;
+  std::vector<double> abs_q(block * d), abs_k(n_kv * d), dots(block * n_kv), mags(block * n_kv);
   for (std::size_t b = 0; b < sh.batch; ++b)
-    for (std::size_t h = 0; h < sh.heads; ++h)
-      for (std::size_t i = 0; i < sh.n_q; ++i) {
-        const auto keys = mask.keys(b, i);
-        double row_max = -std::numeric_limits<double>::infinity();
-        for (std::size_t j = keys.begin; j < keys.end; ++j) {
-          const double bias = mask.elementwise() ? mask.offset(i, j) : 0.0;
-          if (std::isinf(bias)) continue;  // masked
-          double mag = 0, s = 0;
-          for (std::size_t l = 0; l < sh.d_k; ++l) {
-            mag += std::fabs(in.q(b, h, i, l) * in.k(b, h, j, l));
-            s += in.q(b, h, i, l) * in.k(b, h, j, l);
+    for (std::size_t h = 0; h < sh.heads; ++h) {
+      const double* k = &in.k(b, h, 0, 0);
+      for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]);
+      for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
+        const std::size_t rows = std::min(block, sh.n_q - i0);
+        const double* q = &in.q(b, h, i0, 0);
+        for (std::size_t x = 0; x < rows * d; ++x) abs_q[x] = std::fabs(q[x]);
+        detail::scores_tile<double>(q, k, dots.data(), rows, n_kv, d, 1.0);
+        detail::scores_tile<double>(abs_q.data(), abs_k.data(), mags.data(), rows, n_kv, d, 1.0);
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::size_t i = i0 + r;
+          const auto keys = mask.keys(b, i);
+          double row_max = -std::numeric_limits<double>::infinity();
+          for (std::size_t j = keys.begin; j < keys.end; ++j) {
+            const double bias = mask.elementwise() ? mask.offset(i, j) : 0.0;
+            if (std::isinf(bias)) continue;  // masked
+            score_mag = std::max(score_mag, scale * mags[r * n_kv + j] * mag_up + std::fabs(bias));
+            row_max = std::max(row_max, scale * dots[r * n_kv + j] + bias);
           }
-          score_mag = std::max(score_mag, scale * mag + std::fabs(bias));
-          row_max = std::max(row_max, scale * s + bias);
+          if (std::isfinite(row_max))
+            max_lse = std::max(max_lse, std::fabs(row_max) + std::log(double(sh.n_kv)));
         }
-        if (std::isfinite(row_max))
-          max_lse = std::max(max_lse, std::fabs(row_max) + std::log(double(sh.n_kv)));
       }
+    }
   for (double x : in.v) max_v = std::max(max_v, std::fabs(x));
 
   const double n = double(sh.n_kv);

@@ -5,10 +5,16 @@
 // max grows; O_i / l_i once at the end. Returns the logsumexp m_i + log l_i;
 // weights, when asked for (tests), are rebuilt from it in a second pass as
 // exp(S_ij - lse_i), never stored during the first.
-// Holds O(B_q * B_k + B_q * d_v) (plus a K/V tile widened to the accumulation
-// type when storage is narrower). Tunables: B_q (Options::block_q, default
-// 64), B_k (Options::block_k, default 64). Key blocks no query of the block
-// can see (causal, window, padding) are skipped.
+// Each worker (Options::threads of them, over batch x heads x query blocks)
+// holds O(B_q * B_k + B_q * d_v + B_k * d) floats: independent of n.
+// With fp32 accumulation both tile products run the register-blocked
+// micro-kernel (microkernel.hpp) on a K block packed transposed (and
+// widened from bf16/fp16) once per tile; other accumulation types use the
+// shared GEMM/loop tiles. Tunables: B_q (Options::block_q, default 256),
+// B_k (Options::block_k, default 64): measured on this machine at B = 1,
+// H = 8, n = 4096 (docs/performance.md, step 3). Key blocks no query of the
+// block can see (causal, window, padding) are skipped, and rows of a tile
+// that the mask leaves whole are not masked at all.
 #pragma once
 
 #include "attn/backend.hpp"
@@ -20,7 +26,7 @@ struct Streaming {
   static constexpr bool uses_blas = true;  // OpenBLAS threads it when more than one thread is allowed
   static constexpr std::string_view description =
       "online softmax over B_k-key tiles (FlashAttention-2), O(B_q*B_k) memory";
-  static constexpr std::size_t default_block_q = 64, default_block_k = 64;
+  static constexpr std::size_t default_block_q = 256, default_block_k = 64;
   static constexpr bool weights_from_lse = true;  // weights are rebuilt, see above
 
   template <class S, Accumulate P>
