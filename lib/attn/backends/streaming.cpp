@@ -111,10 +111,29 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     std::fill(l_i, l_i + rows, zero);
     std::fill(O_i, O_i + rows * d_v, zero);
 
-    // S_ij = Q_i K_j^T * scale + mask, for the key block j0 .. j0 + cols.
-    auto scores = [&](std::size_t j0, std::size_t cols) {
-      T::scores(Q_i, T::load_k(&in.k(b, h, j0, 0), cols, d_k, k_buf), S_ij, rows, cols, d_k, scale);
+    // Rows [first, last) of the block: the hull of the rows that see any key
+    // of j0 .. j0 + cols (under a causal mask the diagonal tiles shrink to
+    // the rows at or below the diagonal); rows outside see none of them.
+    struct Rows {
+      std::size_t first, last;
+    };
+    auto rows_seeing = [&](std::size_t j0, std::size_t cols) {
+      Rows hull{rows, 0};
       for (std::size_t r_ = 0; r_ < rows; ++r_) {
+        const auto keys = mask.keys(b, i0 + r_);
+        if (keys.begin < j0 + cols && keys.end > j0 && keys.size() > 0) {
+          hull.first = std::min(hull.first, r_);
+          hull.last = r_ + 1;
+        }
+      }
+      return hull.first < hull.last ? hull : Rows{0, 0};
+    };
+    // S_ij = Q_i K_j^T * scale + mask for rows [first, last) and the keys
+    // j0 .. j0 + cols; row r_ of the tile at S_ij + r_ * cols.
+    auto scores = [&](std::size_t j0, std::size_t cols, Rows rs) {
+      const A* K_j = T::load_k(&in.k(b, h, j0, 0), cols, d_k, k_buf);
+      T::scores(Q_i + rs.first * d_k, K_j, S_ij + rs.first * cols, rs.last - rs.first, cols, d_k, scale);
+      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         const auto keys = mask.keys(b, i0 + r_);
         if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row(S_ij + r_ * cols, mask, b, i0 + r_, j0, cols);
       }
@@ -122,8 +141,10 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 
     for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
       const std::size_t cols = std::min(B_c, hi - j0);
-      scores(j0, cols);
-      for (std::size_t r_ = 0; r_ < rows; ++r_) {
+      const Rows rs = rows_seeing(j0, cols);
+      if (rs.first == rs.last) continue;
+      scores(j0, cols, rs);
+      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         A* s = S_ij + r_ * cols;
         // m_new = max(m_i, rowmax(S_ij));  P~_ij = exp(S_ij - m_new)
         const A m_new = std::max(m_i[r_], row_max(s, cols));
@@ -142,7 +163,8 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         l_i[r_] += row_sum;
       }
       // O_i += P~_ij V_j
-      T::pv(S_ij, as_accumulate(&in.v(b, h, j0, 0), cols * d_v, v_buf), O_i, rows, cols, d_v);
+      T::pv(S_ij + rs.first * cols, as_accumulate(&in.v(b, h, j0, 0), cols * d_v, v_buf), O_i + rs.first * d_v,
+            rs.last - rs.first, cols, d_v);
     }
 
     // O_i = O_i / l_i;  lse_i = m_i + log l_i
@@ -164,8 +186,10 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     }
     for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
       const std::size_t cols = std::min(B_c, hi - j0);
-      scores(j0, cols);
-      for (std::size_t r_ = 0; r_ < rows; ++r_) {
+      const Rows rs = rows_seeing(j0, cols);
+      if (rs.first == rs.last) continue;
+      scores(j0, cols, rs);
+      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         const A* s = S_ij + r_ * cols;
         if (!(m_i[r_] > minus_inf)) continue;
         double* w = &(*r.weights)(b, h, i0 + r_, j0);
