@@ -51,7 +51,7 @@ def require(obj, keys, where):
 def parse_bench_name(name):
     """attn/<backend>/<precision>/causal:<c>/threads:<t>/n:<n>/d:<d> (or n_q:/n_kv:) -> dict."""
     parts = name.split("/")
-    if len(parts) < 7 or parts[0] not in ("attn", "attn_cold"):
+    if len(parts) < 7 or parts[0] not in ("attn", "attn_cold", "attn_h8"):
         return None
     row = {"family": parts[0], "backend": parts[1], "precision": parts[2]}
     for p in parts[3:]:
@@ -101,6 +101,7 @@ def bench_rows(bench):
             if not isinstance(b.get(k), (int, float)):
                 raise ReportError(f"bench.json: {b['name']} lacks counter '{k}'")
         meta.update({k: b[k] for k in ("seconds_per_call", "FLOP/s", "peak_heap_bytes", "workspace_model_bytes")})
+        meta["peak_extra_heap_bytes"] = b.get("peak_extra_heap_bytes")
         rows.append(meta)
     if not rows:
         raise ReportError("bench.json: no benchmark that ran")
@@ -177,6 +178,108 @@ def scaling_report(rows, peak, folder):
         for n, r in pts:
             lines.append(f"| {b} | {n} | 64 | {1e3 * r['seconds_per_call']:.2f} | {r['FLOP/s'] / 1e9:.1f} |")
     return "\n".join(lines) + "\n", {b: e for b, (e, _) in fits.items()}
+
+
+def performance_report(rows, peak, folder):
+    """The roofline (GFLOP/s of every backend x precision against n, with the
+    measured peaks drawn) and issue 8's targets, each measured in this run."""
+    fp32_peak, sgemm = peak["fp32_fma_gflops_core"], peak["sgemm_gflops_2048"]
+    att = {d: peak.get(f"sgemm_attention_gflops_d{d}") for d in (64, 128)}
+    fig, ax = plt.subplots(figsize=(7.2, 4.8))
+    curves = {}
+    for r in rows:
+        if r["family"] == "attn" and "n" in r and r["causal"] == 0 and r["threads"] == 1 and r["d"] == 64:
+            curves.setdefault((r["backend"], r["precision"]), []).append((r["n"], r["FLOP/s"] / 1e9))
+    for (b, p), pts in sorted(curves.items()):
+        pts.sort()
+        ax.loglog([x for x, _ in pts], [y for _, y in pts], "o-" if p == "fp32" else "s:", ms=4, label=f"{b} {p}")
+    ax.axhline(fp32_peak, color="k", lw=1.2, label=f"fp32 FMA peak, 1 thread ({fp32_peak:.0f})")
+    ax.axhline(sgemm, color="k", ls="--", lw=0.9, label=f"SGEMM n = 2048, 1 thread ({sgemm:.0f})")
+    if att[64]:
+        ax.axhline(att[64], color="grey", ls=":", lw=0.9, label=f"attention GEMMs n = 4096, d = 64 ({att[64]:.0f})")
+    ax.set_xlabel("n (n_q = n_kv), d = 64, B = H = 1, no mask, 1 thread")
+    ax.set_ylabel("GFLOP/s (4 n^2 d)")
+    ax.set_title("roofline: each backend x precision against this run's measured peaks")
+    ax.legend(fontsize=6, ncol=2)
+    f1 = savefig(fig, folder, "roofline_precisions.svg")
+
+    h8 = {(r["backend"], r["precision"], r["causal"], r["threads"], r["d"]): r for r in rows if r["family"] == "attn_h8"}
+    lines = ["# Performance", "", f"![roofline]({f1})", "",
+             f"Peaks measured by `attn-lab peak` in this run: fp32 FMA {fp32_peak:.1f} GFLOP/s on one thread "
+             f"({peak['fp32_fma_gflops_all']:.1f} on all), SGEMM {sgemm:.1f} (n = 2048, one thread)"
+             + (f", OpenBLAS's two attention GEMMs alone (Q K^T then P V at n = 4096, one thread) {att[64]:.1f} at "
+                f"d = 64 and {att[128]:.1f} at d = 128" if att[64] else "") + ".", ""]
+    targets = []
+
+    def gf(key):
+        r = h8.get(key)
+        return r["FLOP/s"] / 1e9 if r else None
+
+    def target(what, value, need, fmt, ok):
+        targets.append((what, "not measured" if value is None else fmt(value), need,
+                        "-" if value is None else ("met" if ok(value) else "MISSED")))
+
+    pct = lambda v: f"{100 * v:.0f}%"
+    ratio = lambda v: f"{v:.3f}x"
+    for d, need in ((128, 0.60), (64, 0.50)):
+        g = gf(("streaming", "fp32", 0, 1, d))
+        target(f"streaming fp32, d = {d}, 1 thread: fraction of fp32 FMA peak", g and g / fp32_peak,
+               f">= {pct(need)}", pct, lambda v, need=need: v >= need)
+    for d in (64, 128):
+        one, two = gf(("streaming", "fp32", 0, 1, d)), gf(("streaming", "fp32", 0, 2, d))
+        target(f"streaming fp32, d = {d}: 2 threads over 1", one and two and two / one, ">= 1.80x", ratio,
+               lambda v: v >= 1.8)
+    for d in (64, 128):
+        full, causal = h8.get(("streaming", "fp32", 0, 1, d)), h8.get(("streaming", "fp32", 1, 1, d))
+        target(f"streaming fp32, d = {d}: causal speed-up (time ratio)",
+               full and causal and full["seconds_per_call"] / causal["seconds_per_call"], ">= 1.80x", ratio,
+               lambda v: v >= 1.8)
+        target(f"streaming fp32, d = {d}: causal fraction of peak (halved FLOPs)",
+               causal and causal["FLOP/s"] / 1e9 / fp32_peak, ">= 45%", pct, lambda v: v >= 0.45)
+    for p in ("bf16", "fp16"):
+        for d in (64, 128):
+            a, b = gf(("streaming", p, 0, 1, d)), gf(("streaming", "fp32", 0, 1, d))
+            target(f"streaming {p} (fp32 accumulation), d = {d}: rate over fp32", a and b and a / b, ">= 1.00x",
+                   ratio, lambda v: v >= 1.0)
+    for b in ("math", "blocked"):
+        for d in (64, 128):
+            g = gf((b, "fp32", 0, 1, d))
+            target(f"{b} fp32, d = {d}: fraction of SGEMM rate" +
+                   (f" (of the attention GEMMs alone: {100 * g / att[d]:.0f}%)" if g and att[d] else ""),
+                   g and g / sgemm, ">= 80%", pct, lambda v: v >= 0.8)
+    mem = sorted((r["n"], r["peak_extra_heap_bytes"]) for r in rows
+                 if r["family"] == "attn" and r["backend"] == "streaming" and r["precision"] == "fp32"
+                 and r.get("causal") == 0 and r.get("threads") == 1 and r.get("d") == 64 and "n" in r
+                 and r.get("peak_extra_heap_bytes") is not None)
+    if mem:
+        lo, hi = min(m for _, m in mem), max(m for _, m in mem)
+        target(f"streaming peak extra heap, n = {mem[0][0]} ... {mem[-1][0]} (max / min)", hi / lo if lo else None,
+               "independent of n (1.000x)", ratio, lambda v: v <= 1.05)
+    lines += ["## Targets (issue 8), B = 1, H = 8, n = 4096", "",
+              "| target | measured | required | verdict |", "|---|---:|---:|---|"]
+    lines += [f"| {w} | {v} | {n} | {k} |" for w, v, n, k in targets]
+    lines += ["", "## Fraction of peak, every attn_h8 run", "",
+              "| backend | precision | causal | threads | d | ms per call | GFLOP/s | of fp32 peak (threads x 1-thread) |",
+              "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for (b, p, c, t, d), r in sorted(h8.items()):
+        g = r["FLOP/s"] / 1e9
+        lines.append(f"| {b} | {p} | {c} | {t} | {d} | {1e3 * r['seconds_per_call']:.1f} | {g:.1f} | "
+                     f"{pct(g / (t * fp32_peak))} |")
+    small = [r for r in rows if r["family"] == "attn" and r["precision"] == "fp32" and r.get("causal") == 0
+             and r.get("threads") == 1 and "n" in r and ((r["n"] == 256 and r["d"] == 64) or (r["d"] == 32))]
+    if small:
+        lines += ["", "## Small shapes (B = H = 1, fp32, 1 thread)", "",
+                  "| backend | n | d | ms per call | GFLOP/s | of fp32 peak |", "|---|---:|---:|---:|---:|---:|"]
+        for r in sorted(small, key=lambda r: (r["backend"], r["n"], r["d"])):
+            g = r["FLOP/s"] / 1e9
+            lines.append(f"| {r['backend']} | {r['n']} | {r['d']} | {1e3 * r['seconds_per_call']:.3f} | {g:.1f} | "
+                         f"{pct(g / fp32_peak)} |")
+    if mem:
+        lines += ["", "## Streaming's extra memory against n (fp32, d = 64, 1 thread)", "",
+                  "Peak heap of one cold call less the returned output tensor.", "",
+                  "| n | peak extra heap |", "|---:|---:|"]
+        lines += [f"| {n} | {fmt_bytes(m)} |" for n, m in mem]
+    return "\n".join(lines) + "\n", [f"{w}: {v} ({k})" for w, v, _, k in targets if k == "MISSED"]
 
 
 def memory_report(rows, folder):
@@ -385,6 +488,7 @@ def index_report(peak, build, bench, command, stamp, readings):
              "## Reports", "",
              "- [scaling](scaling.md): time vs n and d_k, fitted exponents, roofline",
              "- [memory](memory.md): measured peak heap vs n against each backend's model, E6",
+             "- [performance](performance.md): roofline of every backend x precision, issue 8's targets, fraction of peak",
              "- [accuracy](accuracy.md): error vs n, logit scale, precision and accumulation",
              "- [entropy](entropy.md): EXAMPLES.md E7",
              "- [claims](claims.md): the claims ledger, each claim with its criterion and verdict",
@@ -417,6 +521,7 @@ def make_report(data_dir, out_root, command, stamp=None):
         rows = bench_rows(bench)
         scaling, time_fits = scaling_report(rows, peak, tmp)
         memory, mem_fits = memory_report(rows, tmp)
+        performance, missed = performance_report(rows, peak, tmp)
         accuracy, worst = accuracy_report(acc, tmp)
         entropy = entropy_report(ent, tmp)
         ledger, verdicts = claims_report(claims, tmp)
@@ -424,8 +529,9 @@ def make_report(data_dir, out_root, command, stamp=None):
                     f"peak-memory exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(mem_fits.items())),
                     "largest error at unit logits (d = 64, no mask): "
                     + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items()),
+                    "performance targets missed: " + ("; ".join(missed) if missed else "none"),
                     "claims: " + "; ".join(verdicts)]
-        for name, text in (("scaling.md", scaling), ("memory.md", memory), ("accuracy.md", accuracy),
+        for name, text in (("scaling.md", scaling), ("memory.md", memory), ("performance.md", performance), ("accuracy.md", accuracy),
                            ("entropy.md", entropy), ("claims.md", ledger),
                            ("index.md", index_report(peak, build, bench, command, stamp, readings))):
             with open(os.path.join(tmp, name), "w") as f:

@@ -82,6 +82,20 @@ double gemm_gflops(std::size_t n) {
   return 2.0 * double(n) * double(n) * double(n) / s / 1e9;
 }
 
+// S = Q K^T [n, n] then O = S V [n, d], as the math backend calls them.
+double attention_gemm_gflops(std::size_t n, std::size_t d) {
+  xt::xtensor<float, 2> q = xt::xtensor<float, 2>::from_shape({n, d}), k = q, v = q, o = q;
+  xt::xtensor<float, 2> s = xt::xtensor<float, 2>::from_shape({n, n});
+  for (std::size_t i = 0; i < q.size(); ++i) q.data()[i] = k.data()[i] = v.data()[i] = 1.0f / float(1 + i % 7);
+  auto pair = [&] {
+    xt::blas::gemm(q, k, s, false, true);
+    xt::blas::gemm(s, v, o);
+  };
+  pair();  // warm-up: first touch
+  const double secs = best_seconds(3, pair);
+  return 4.0 * double(n) * double(n) * double(d) / secs / 1e9;
+}
+
 double triad_gbs(unsigned threads) {
   const std::size_t n = std::size_t(1) << 23;  // 64 MiB per array per thread: far beyond cache
   std::vector<std::vector<double>> a(threads, std::vector<double>(n, 1.0)), b = a, c = a;
@@ -125,6 +139,8 @@ MachinePeak measure_peak() {
   p.sgemm_gflops_2048 = gemm_gflops<float>(2048);
   p.dgemm_gflops_1024 = gemm_gflops<double>(1024);
   p.dgemm_gflops_2048 = gemm_gflops<double>(2048);
+  p.sgemm_attention_gflops_d64 = attention_gemm_gflops(4096, 64);
+  p.sgemm_attention_gflops_d128 = attention_gemm_gflops(4096, 128);
   set_blas_threads(threads_before);
   p.triad_gbs_core = triad_gbs(1);
   p.triad_gbs_all = triad_gbs(p.cores);
@@ -145,10 +161,12 @@ std::string to_json(const MachinePeak& p) {
                 "\"fp64_fma_gflops_core\":%.2f,\"fp64_fma_gflops_all\":%.2f,"
                 "\"sgemm_gflops_1024\":%.2f,\"sgemm_gflops_2048\":%.2f,"
                 "\"dgemm_gflops_1024\":%.2f,\"dgemm_gflops_2048\":%.2f,"
+                "\"sgemm_attention_gflops_d64\":%.2f,\"sgemm_attention_gflops_d128\":%.2f,"
                 "\"triad_gbs_core\":%.2f,\"triad_gbs_all\":%.2f}",
                 esc(p.cpu).c_str(), esc(p.cpu_flags).c_str(), p.cores, esc(p.simd).c_str(), esc(p.blas).c_str(), p.fp32_fma_gflops_core,
                 p.fp32_fma_gflops_all, p.fp64_fma_gflops_core, p.fp64_fma_gflops_all, p.sgemm_gflops_1024,
-                p.sgemm_gflops_2048, p.dgemm_gflops_1024, p.dgemm_gflops_2048, p.triad_gbs_core, p.triad_gbs_all);
+                p.sgemm_gflops_2048, p.dgemm_gflops_1024, p.dgemm_gflops_2048, p.sgemm_attention_gflops_d64,
+                p.sgemm_attention_gflops_d128, p.triad_gbs_core, p.triad_gbs_all);
   return buf;
 }
 

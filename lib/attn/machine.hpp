@@ -13,6 +13,9 @@ struct MachinePeak {
   double fp64_fma_gflops_core = 0, fp64_fma_gflops_all = 0;
   double sgemm_gflops_1024 = 0, sgemm_gflops_2048 = 0;  // one thread
   double dgemm_gflops_1024 = 0, dgemm_gflops_2048 = 0;
+  // The two GEMMs of one attention head at n = 4096 (S = Q K^T, then O = P V,
+  // 4 n^2 d FLOPs), fp32, one thread: the ceiling of the math backend.
+  double sgemm_attention_gflops_d64 = 0, sgemm_attention_gflops_d128 = 0;
   double triad_gbs_core = 0, triad_gbs_all = 0;  // a[i] = b[i] + s c[i], 3 x 8 bytes per element
   unsigned cores = 0;
   std::string simd;  // the vector instruction set the FMA probe used

@@ -351,6 +351,8 @@ int peak(const std::vector<std::string>& argv) {
   std::printf("fp32 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp32_fma_gflops_core, p.fp32_fma_gflops_all);
   std::printf("fp64 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp64_fma_gflops_core, p.fp64_fma_gflops_all);
   std::printf("sgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.sgemm_gflops_1024, p.sgemm_gflops_2048);
+  std::printf("attention GEMMs  %8.1f GFLOP/s at n = 4096, d = 64, %8.1f at d = 128 (Q K^T then P V, fp32, 1 thread)\n",
+              p.sgemm_attention_gflops_d64, p.sgemm_attention_gflops_d128);
   std::printf("dgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.dgemm_gflops_1024, p.dgemm_gflops_2048);
   std::printf("triad            %8.1f GB/s one core, %8.1f all cores\n", p.triad_gbs_core, p.triad_gbs_all);
   std::printf("BLAS             %s\n", p.blas.c_str());

@@ -6,6 +6,11 @@
 //     S = Q_slab K^T * scale + mask      [B_q, n_kv'] (n_kv' = the keys any row of the slab sees)
 //     P = softmax(S) per row (max-shifted, exact)
 //     O_slab = P V
+// For fp32/fp64 accumulation P stays unnormalised, P~ = exp(S - m), and
+// O_slab = (P~ V) / l row by row: one pass over the n_kv-wide slab fewer
+// (the divisions move from B_q x n_kv scores to B_q x d_v outputs).
+// Narrower accumulation types normalise P first, so that P~ V cannot leave
+// their range.
 // Holds O(B_q * n_kv) scores, plus Q/K/V widened to the accumulation type
 // when it differs from storage (O((B_q + n_kv) * d)).
 #pragma once
@@ -20,7 +25,8 @@ namespace attn::detail {
 template <class S, class A>
 std::size_t slab_workspace_bytes(const Shape& s, std::size_t block_q) {
   const std::size_t b_q = std::min(block_q, s.n_q);
-  return piece_bytes<A>(b_q * s.n_kv) + piece_bytes<A>(b_q * s.d_v) + piece_bytes<A>(widen_count<A, S>(b_q * s.d_k)) +
+  return piece_bytes<A>(b_q * s.n_kv) + piece_bytes<A>(b_q * s.d_v) + piece_bytes<A>(b_q) +
+         piece_bytes<A>(widen_count<A, S>(b_q * s.d_k)) +
          piece_bytes<A>(widen_count<A, S>(s.n_kv * s.d_k)) + piece_bytes<A>(widen_count<A, S>(s.n_kv * s.d_v));
 }
 
@@ -36,6 +42,7 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
   Arena arena(ws, bytes);
   A* slab = arena.take<A>(b_q * n_kv);
   A* o_slab = arena.take<A>(b_q * d_v);
+  A* row_l = arena.take<A>(b_q);  // 1, or the row's sum l when P is left unnormalised (0: fully masked)
   A* q_buf = arena.take<A>(widen_count<A, S>(b_q * d_k));
   A* k_buf = arena.take<A>(widen_count<A, S>(n_kv * d_k));
   A* v_buf = arena.take<A>(widen_count<A, S>(n_kv * d_v));
@@ -58,23 +65,42 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
         // S = Q_slab K[lo:hi]^T * scale + mask
         const A* q = as_accumulate(&in.q(b, h, i0, 0), rows * d_k, q_buf);
         if (cols > 0) scores_tile<A>(q, k + lo * d_k, slab, rows, cols, d_k, scale);
+        constexpr bool unnormalised = is_native_float<A>;
         for (std::size_t r_ = 0; r_ < rows; ++r_) {
-          // P_i = softmax(S_i)
+          // P_i = softmax(S_i), or P~_i = exp(S_i - m_i) and l_i
           A* p_i = slab + r_ * cols;
-          mask_row(p_i, mask, b, i0 + r_, lo, cols);
-          const RowSoftmax<A> row = softmax_row(p_i, cols, /*simd=*/true);
+          const auto keys = mask.keys(b, i0 + r_);
+          if (mask.elementwise() || keys.begin > lo || keys.end < hi) mask_row(p_i, mask, b, i0 + r_, lo, cols);
+          RowSoftmax<A> row{};
+          if constexpr (unnormalised) {
+            row.m = row_max(p_i, cols);
+            row.fully_masked = !(row.m > neg_infinity<A>());
+            if (row.fully_masked) std::fill(p_i, p_i + cols, convert<A>(0.0));
+            else row.l = exp_shifted_sum(p_i, cols, row.m, /*simd=*/true);
+            row_l[r_] = row.fully_masked ? convert<A>(0.0) : row.l;
+          } else {
+            row = softmax_row(p_i, cols, /*simd=*/true);
+            row_l[r_] = row.fully_masked ? convert<A>(0.0) : convert<A>(1.0);
+          }
           if (r.lse) (*r.lse)(b, h, i0 + r_) = row_lse(row);
           if (r.weights) {
             double* w = &(*r.weights)(b, h, i0 + r_, 0);
             std::fill(w, w + n_kv, 0.0);
-            for (std::size_t c = 0; c < cols; ++c) w[lo + c] = convert<double>(p_i[c]);
+            if (!row.fully_masked)
+              for (std::size_t c = 0; c < cols; ++c) w[lo + c] = convert<double>(A(p_i[c] / row_l[r_]));
           }
         }
-        // O_slab = P V[lo:hi]
+        // O_slab = P V[lo:hi] (then / l_i)
         if (cols > 0) pv_tile<A>(slab, v + lo * d_v, o_slab, rows, cols, d_v, false);
         else std::fill(o_slab, o_slab + rows * d_v, convert<A>(0.0));
         S* o = &r.out(b, h, i0, 0);
-        for (std::size_t x = 0; x < rows * d_v; ++x) o[x] = convert<S>(o_slab[x]);
+        for (std::size_t r_ = 0; r_ < rows; ++r_) {
+          const bool masked = !(row_l[r_] > convert<A>(0.0));
+          for (std::size_t c = 0; c < d_v; ++c) {
+            const std::size_t x = r_ * d_v + c;
+            o[x] = masked ? convert<S>(0.0) : unnormalised ? convert<S>(A(o_slab[x] / row_l[r_])) : convert<S>(o_slab[x]);
+          }
+        }
       }
     }
   }
