@@ -129,7 +129,7 @@ TEST(GoldenCli, E2EndToEndWithNpyFiles) {
     const int code = cli.run("attend --q " + cli.path("q.npy") + " --k " + cli.path("k.npy") + " --v " +
                                  cli.path("v.npy") + " --backend " + std::string(backend) +
                                  " --precision fp64 --out " + cli.path("o.npy") + " --weights " +
-                                 cli.path("w.npy") + " --lse " + cli.path("l.npy") + " --check --json",
+                                 cli.path("w.npy") + " --lse " + cli.path("l.npy") + " --check --json --force",
                              &out, &err);
     ASSERT_EQ(code, 0) << err;
     EXPECT_NE(out.find("\"within_bound\":true"), std::string::npos) << out;
@@ -143,6 +143,23 @@ TEST(GoldenCli, E2EndToEndWithNpyFiles) {
       EXPECT_NEAR(x, f.printed, f.printed_tolerance) << f.label;
     }
   }
+}
+
+TEST(GoldenCli, AnExistingOutputIsKeptWithoutForce) {
+  Cli cli;
+  {
+    std::ofstream f(cli.path("mine.npy"));
+    f << "the user's file";
+  }
+  std::string out, err;
+  EXPECT_EQ(cli.run("attend --random 1,1,4,4,8,8 --out " + cli.path("mine.npy"), &out, &err), 2);
+  EXPECT_NE(err.find("exists already; pass --force to replace it"), std::string::npos) << err;
+  std::ifstream f(cli.path("mine.npy"));
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "the user's file");
+  EXPECT_EQ(cli.run("attend --random 1,1,4,4,8,8 --force --out " + cli.path("mine.npy"), &out, &err), 0) << err;
+  std::size_t rank = 0;
+  EXPECT_EQ(load_npy(cli.path("mine.npy"), "mine", rank).shape(2), 4u);
+  EXPECT_EQ(rank, 4u);
 }
 
 TEST(GoldenCli, BadInputIsOneLineAndExitCodeTwo) {

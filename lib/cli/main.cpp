@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
 #include "attn/alloc_counter.hpp"
 #include "attn/backends/reference.hpp"
 #include "attn/examples.hpp"
+#include "attn/layers.hpp"
 #include "attn/machine.hpp"
 #include "attn/metrics.hpp"
 #include "attn/npy.hpp"
@@ -40,6 +42,9 @@ usage:
   attn-lab claims [--only ID] [--profile smoke|quick|full] [--json] [--out FILE.json]
                              the claims ledger: each published claim run as an experiment
                              against its pre-registered criterion; verdict table (or JSON)
+  attn-lab layer [options]   multi-head attention (PyTorch nn.MultiheadAttention semantics,
+                             batch first) or the pre-norm transformer block, on any backend;
+                             see `attn-lab layer --help`
   attn-lab entropy [--backend B] [--precision P] [--draws N] --out FILE.json
                              EXAMPLES.md E7: mean softmax entropy with and without the
                              1/sqrt(d_k) scale, and var(q.k), over d_k = 8 ... 1024
@@ -74,7 +79,8 @@ attend, outputs:
   --check                        compare with the 50-digit reference (about 10 us per score)
                                  and its derived error bound; exit 1 if the bound is exceeded
   --json                         print a one-line JSON summary instead of text
-  Files are written atomically (a temporary file renamed over the target).
+  Files are written atomically (a temporary file renamed into place); an existing file is
+  kept unless --force is given (every command that writes files takes --force).
   max |row sum - 1| is reported when weights exist (--weights or --check).
 
 errors: bad input prints one line to stderr and exits 2.
@@ -164,16 +170,26 @@ void save_with_rank(const std::string& path, const xt::xtensor<double, N>& t, st
   }
 }
 
+// Existing outputs are kept unless --force: a run never replaces a file the
+// user had by accident (the write itself is atomic either way).
+void refuse_overwrite(const Args& args, std::initializer_list<const char*> outputs) {
+  if (args.flag("--force")) return;
+  for (const char* o : outputs)
+    if (args.has(o) && std::filesystem::exists(args.str(o)))
+      throw Error(std::string(o) + " " + args.str(o) + " exists already; pass --force to replace it");
+}
+
 int attend(const std::vector<std::string>& argv) {
   const Args args(argv,
                   {"--q", "--k", "--v", "--random", "--seed", "--logit-scale", "--backend", "--precision",
                    "--accumulate", "--scale", "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse",
                    "--repeat", "--threads"},
-                  {"--check", "--json", "--allow-nonfinite", "--help"});
+                  {"--check", "--json", "--allow-nonfinite", "--force", "--help"});
   if (args.flag("--help")) {
     std::cout << kHelp;
     return 0;
   }
+  refuse_overwrite(args, {"--out", "--weights", "--lse"});
   // Inputs.
   Inputs<double> in;
   std::size_t rank = 4;
@@ -270,6 +286,200 @@ int attend(const std::vector<std::string>& argv) {
   return 0;
 }
 
+constexpr const char* kLayerHelp = R"(attn-lab layer: a layer on top of any backend.
+  --random B,L,E,H          random input [B, L, E] and random weights, E divisible by H (seed --seed)
+  --x X.npy --heads H       the input [B, L, E] (or [L, E]) from a file
+  --kv KV.npy               cross-attention: keys and values from this sequence [B, S, kdim]
+                            (default: self-attention, keys and values from the input)
+  --weights DIR             PyTorch state_dict tensors as .npy files in DIR: in_proj_weight.npy
+                            [3E, E] or q_proj_weight.npy, k_proj_weight.npy, v_proj_weight.npy;
+                            out_proj.weight.npy; optional in_proj_bias.npy, out_proj.bias.npy
+                            (default: random, std 1/sqrt(fan_in), no biases)
+  --layer mha|block         multi-head attention (default) or the pre-norm block
+                            (LayerNorm, attention, residual, LayerNorm, MLP, residual; random weights)
+  --mlp-dim F               the block's hidden width (default 4E); --activation relu|gelu (default gelu)
+  --rope half|interleaved   RoPE on Q and K (--rope-base X, default 10000)
+  --sinusoidal              add sinusoidal positions to the input first
+  --causal                  causal mask
+  --decode                  also run token by token through the KV cache (self-attention, mha)
+                            and report max |decode - full causal|
+  --backend NAME --precision P --accumulate A --threads N   the attention core (default
+                            streaming, fp32, fp32 accumulation, 1 thread)
+  --repeat N                N more timed calls; reports the median
+  --out O.npy               the output [B, L, E], float64 (written atomically)
+  --json                    one-line JSON summary
+)";
+
+Sequence as_sequence(const xt::xtensor<double, 4>& t, std::size_t rank, const std::string& what) {
+  if (rank != 2 && rank != 3) throw Error(what + " must be [L, E] or [B, L, E], got " + std::to_string(rank) + " dimensions");
+  // load_npy pads at the front to [1, (1,) L, E]
+  return Sequence(xt::view(t, 0, xt::all(), xt::all(), xt::all()));
+}
+
+Linear load_linear(const std::string& dir, const std::string& weight, const std::string& bias) {
+  Linear l{load_npy_2d(dir + "/" + weight, "--weights " + weight), std::nullopt};
+  if (std::filesystem::exists(dir + "/" + bias)) l.bias = load_npy_1d(dir + "/" + bias, "--weights " + bias);
+  return l;
+}
+
+MultiheadAttention load_mha(const std::string& dir, std::size_t heads) {
+  if (!std::filesystem::is_directory(dir)) throw Error("--weights " + dir + ": not a directory");
+  Linear o = load_linear(dir, "out_proj.weight.npy", "out_proj.bias.npy");
+  const std::size_t e = o.out_features();
+  if (std::filesystem::exists(dir + "/in_proj_weight.npy")) {
+    const Linear in = load_linear(dir, "in_proj_weight.npy", "in_proj_bias.npy");
+    if (in.weight.shape(0) != 3 * e)
+      throw Error("--weights in_proj_weight.npy: " + std::to_string(in.weight.shape(0)) + " rows, want 3 x embed_dim = " +
+                  std::to_string(3 * e));
+    auto part = [&](std::size_t i) {
+      Linear l{Matrix(xt::view(in.weight, xt::range(i * e, (i + 1) * e), xt::all())), std::nullopt};
+      if (in.bias) l.bias = Vector(xt::view(*in.bias, xt::range(i * e, (i + 1) * e)));
+      return l;
+    };
+    return MultiheadAttention(part(0), part(1), part(2), std::move(o), heads);
+  }
+  // Separate projections (kdim or vdim != embed_dim); their biases live in in_proj_bias.npy.
+  Linear q{load_npy_2d(dir + "/q_proj_weight.npy", "--weights q_proj_weight.npy"), std::nullopt};
+  Linear k{load_npy_2d(dir + "/k_proj_weight.npy", "--weights k_proj_weight.npy"), std::nullopt};
+  Linear v{load_npy_2d(dir + "/v_proj_weight.npy", "--weights v_proj_weight.npy"), std::nullopt};
+  if (std::filesystem::exists(dir + "/in_proj_bias.npy")) {
+    const Vector b = load_npy_1d(dir + "/in_proj_bias.npy", "--weights in_proj_bias.npy");
+    if (b.size() != 3 * e) throw Error("--weights in_proj_bias.npy: length " + std::to_string(b.size()) + ", want " + std::to_string(3 * e));
+    q.bias = Vector(xt::view(b, xt::range(0, e)));
+    k.bias = Vector(xt::view(b, xt::range(e, 2 * e)));
+    v.bias = Vector(xt::view(b, xt::range(2 * e, 3 * e)));
+  }
+  return MultiheadAttention(std::move(q), std::move(k), std::move(v), std::move(o), heads);
+}
+
+int layer(const std::vector<std::string>& argv) {
+  const Args args(argv,
+                  {"--random", "--seed", "--x", "--heads", "--kv", "--weights", "--layer", "--mlp-dim", "--activation",
+                   "--rope", "--rope-base", "--backend", "--precision", "--accumulate", "--threads", "--repeat", "--out"},
+                  {"--sinusoidal", "--causal", "--decode", "--json", "--force", "--help"});
+  if (args.flag("--help")) {
+    std::cout << kLayerHelp;
+    return 0;
+  }
+  refuse_overwrite(args, {"--out"});
+  const std::uint64_t seed = args.count("--seed", 0);
+  Sequence x;
+  std::size_t heads = 0;
+  if (args.has("--random") == args.has("--x")) throw Error("give exactly one of --random B,L,E,H and --x X.npy");
+  if (args.has("--random")) {
+    std::vector<std::size_t> dims;
+    std::stringstream in(args.str("--random"));
+    for (std::string part; std::getline(in, part, ',');) dims.push_back(Args::parse_count(part, "--random"));
+    if (dims.size() != 4) throw Error("--random wants B,L,E,H (4 numbers), got '" + args.str("--random") + "'");
+    if (std::find(dims.begin(), dims.end(), 0u) != dims.end()) throw Error("--random: every dimension must be >= 1");
+    x = random_sequence(dims[0], dims[1], dims[2], seed);
+    heads = dims[3];
+    if (args.has("--heads")) throw Error("--heads goes with --x (--random gives H itself)");
+  } else {
+    std::size_t rank = 0;
+    x = as_sequence(load_npy(args.str("--x"), "--x", rank), rank, "--x");
+    if (!args.has("--heads")) throw Error("--x needs --heads H");
+    heads = args.count("--heads", 1);
+  }
+  const std::size_t E = x.shape(2);
+  Sequence kv = x;
+  if (args.has("--kv")) {
+    std::size_t rank = 0;
+    kv = as_sequence(load_npy(args.str("--kv"), "--kv", rank), rank, "--kv");
+  }
+  const std::string kind = args.str("--layer", "mha");
+  if (kind != "mha" && kind != "block") throw Error("--layer must be mha or block, got '" + kind + "'");
+  std::optional<Rope> rope;
+  if (args.has("--rope")) {
+    const std::string style = args.str("--rope");
+    if (style != "half" && style != "interleaved") throw Error("--rope must be half or interleaved, got '" + style + "'");
+    rope = Rope{style == "half" ? RopeStyle::half : RopeStyle::interleaved, args.real("--rope-base", 10000.0)};
+  } else if (args.has("--rope-base")) {
+    throw Error("--rope-base goes with --rope");
+  }
+  if (args.flag("--sinusoidal")) {
+    const Matrix pe = sinusoidal_encoding(x.shape(1), E);
+    for (std::size_t b = 0; b < x.shape(0); ++b) xt::view(x, b, xt::all(), xt::all()) += pe;
+    if (!args.has("--kv")) kv = x;
+  }
+  Core core;
+  core.backend = args.str("--backend", "streaming");
+  core.precision = args.str("--precision", "fp32");
+  core.accumulate = args.has("--accumulate") ? parse_accumulate(args.str("--accumulate"))
+                    : core.precision == "fp64"  ? Accumulate::fp64
+                                                : Accumulate::fp32;
+  core.threads = args.count("--threads", 1);
+  set_blas_threads(static_cast<int>(std::clamp<std::uint64_t>(core.threads, 1, 1024)));
+  backend_by_name(core.backend);  // an unknown name fails here, before any work
+  const Mask mask = args.flag("--causal") ? Mask(mask::Causal{}) : Mask(mask::None{});
+  if (kind == "block" && (args.has("--kv") || args.has("--weights") || args.flag("--decode")))
+    throw Error("--layer block is self-attention with random weights: --kv, --weights and --decode go with mha");
+  if (kind == "mha" && (args.has("--mlp-dim") || args.has("--activation")))
+    throw Error("--mlp-dim and --activation go with --layer block");
+  if (args.flag("--decode") && args.has("--kv")) throw Error("--decode is self-attention: drop --kv");
+
+  std::optional<MultiheadAttention> mha;
+  std::optional<PreNormBlock> block;
+  if (kind == "mha") {
+    mha = args.has("--weights") ? load_mha(args.str("--weights"), heads)
+                                : MultiheadAttention(E, heads, kv.shape(2), kv.shape(2), false, seed + 1);
+  } else {
+    const std::string act = args.str("--activation", "gelu");
+    if (act != "relu" && act != "gelu") throw Error("--activation must be relu or gelu, got '" + act + "'");
+    block.emplace(E, heads, args.count("--mlp-dim", 4 * E), act == "relu" ? Activation::relu : Activation::gelu, seed + 1);
+  }
+  auto call = [&] {
+    return mha ? mha->forward(x, kv, kv, core, mask, false, false, rope).out : (*block)(x, core, mask, rope);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  const Sequence out = call();
+  const double first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<double> warm;
+  for (std::uint64_t i = 0; i < args.count("--repeat", 0); ++i) {
+    t0 = std::chrono::steady_clock::now();
+    call();
+    warm.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(warm.begin(), warm.end());
+  const double warm_median = warm.empty() ? NAN : warm[warm.size() / 2];
+
+  double decode_err = NAN;
+  std::size_t cache_bytes = 0;
+  if (args.flag("--decode")) {
+    if (!args.flag("--causal")) throw Error("--decode compares with full causal attention: add --causal");
+    KVCache cache;
+    decode_err = 0;
+    for (std::size_t t = 0; t < x.shape(1); ++t) {
+      const Sequence step = mha->decode(xt::view(x, xt::all(), xt::range(t, t + 1), xt::all()), cache, core, rope);
+      for (std::size_t b = 0; b < x.shape(0); ++b)
+        for (std::size_t e = 0; e < E; ++e) decode_err = std::max(decode_err, std::fabs(step(b, 0, e) - out(b, t, e)));
+    }
+    cache_bytes = cache.bytes();
+  }
+  if (args.has("--out")) save_npy_atomic<3>(args.str("--out"), out);
+  if (args.flag("--json")) {
+    std::cout << "{\"layer\":" << json_string(kind) << ",\"backend\":" << json_string(core.backend)
+              << ",\"precision\":" << json_string(core.precision) << ",\"accumulate\":"
+              << json_string(accumulate_name(core.accumulate)) << ",\"batch\":" << x.shape(0)
+              << ",\"length\":" << x.shape(1) << ",\"kv_length\":" << kv.shape(1) << ",\"embed_dim\":" << E
+              << ",\"heads\":" << heads << ",\"seconds\":" << json_number(first)
+              << ",\"warm_seconds_median\":" << json_number(warm_median)
+              << ",\"decode_max_abs_diff\":" << json_number(decode_err) << ",\"kv_cache_bytes\":" << cache_bytes
+              << "}\n";
+  } else {
+    std::printf("%s on %s %s (accumulate %s): B=%zu L=%zu S=%zu E=%zu H=%zu\n", kind.c_str(), core.backend.c_str(),
+                core.precision.c_str(), std::string(accumulate_name(core.accumulate)).c_str(), x.shape(0), x.shape(1),
+                kv.shape(1), E, heads);
+    std::printf("  time %.6f s (first call)", first);
+    if (!warm.empty()) std::printf(", warm median %.6f s of %zu", warm_median, warm.size());
+    std::printf("\n");
+    if (args.flag("--decode"))
+      std::printf("  decode through the KV cache vs full causal: max |diff| %.3g (cache %zu bytes)\n", decode_err,
+                  cache_bytes);
+  }
+  return 0;
+}
+
 int list() {
   std::printf("backends:\n");
   for_each_backend([](auto b) {
@@ -336,11 +546,12 @@ int demo(const std::vector<std::string>& argv) {
 }
 
 int peak(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--out"}, {"--json", "--help"});
+  const Args args(argv, {"--out"}, {"--json", "--force", "--help"});
   if (args.flag("--help")) {
     std::cout << kHelp;
     return 0;
   }
+  refuse_overwrite(args, {"--out"});
   const MachinePeak p = measure_peak();
   if (args.has("--out")) write_file_atomic(args.str("--out"), to_json(p) + "\n");
   if (args.flag("--json")) {
@@ -360,11 +571,12 @@ int peak(const std::vector<std::string>& argv) {
 }
 
 int accuracy(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--profile", "--out"}, {"--help"});
+  const Args args(argv, {"--profile", "--out"}, {"--force", "--help"});
   if (args.flag("--help")) {
     std::cout << kHelp;
     return 0;
   }
+  refuse_overwrite(args, {"--out"});
   if (!args.has("--out")) throw Error("accuracy needs --out FILE.json");
   const auto problems = accuracy_problems(args.str("--profile", "quick"));
   const std::string json =
@@ -374,11 +586,12 @@ int accuracy(const std::vector<std::string>& argv) {
 }
 
 int entropy(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--backend", "--precision", "--draws", "--out"}, {"--help"});
+  const Args args(argv, {"--backend", "--precision", "--draws", "--out"}, {"--force", "--help"});
   if (args.flag("--help")) {
     std::cout << kHelp;
     return 0;
   }
+  refuse_overwrite(args, {"--out"});
   if (!args.has("--out")) throw Error("entropy needs --out FILE.json");
   const std::string backend = args.str("--backend", "naive"), precision = args.str("--precision", "fp64");
   const std::size_t draws = args.count("--draws", 2000);
@@ -390,11 +603,12 @@ int entropy(const std::vector<std::string>& argv) {
 }
 
 int claims_command(const std::vector<std::string>& argv) {
-  const Args args(argv, {"--only", "--profile", "--out"}, {"--json", "--help"});
+  const Args args(argv, {"--only", "--profile", "--out"}, {"--json", "--force", "--help"});
   if (args.flag("--help")) {
     std::cout << kHelp;
     return 0;
   }
+  refuse_overwrite(args, {"--out"});
   claims::Config cfg;
   cfg.profile = args.str("--profile", "quick");
   if (cfg.profile != "smoke" && cfg.profile != "quick" && cfg.profile != "full")
@@ -451,8 +665,9 @@ int main(int argc, char** argv) {
     if (command == "accuracy") return accuracy(rest);
     if (command == "entropy") return entropy(rest);
     if (command == "claims") return claims_command(rest);
-    throw attn::Error(command.empty() ? "no command given (attend, list, demo, peak, accuracy, entropy, claims; see --help)"
-                                      : "unknown command '" + command + "' (attend, list, demo, peak, accuracy, entropy, claims; see --help)");
+    if (command == "layer") return layer(rest);
+    throw attn::Error(command.empty() ? "no command given (attend, layer, list, demo, peak, accuracy, entropy, claims; see --help)"
+                                      : "unknown command '" + command + "' (attend, layer, list, demo, peak, accuracy, entropy, claims; see --help)");
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "attn-lab: %s\n", e.what());
     return 2;
