@@ -4,7 +4,8 @@ set -euo pipefail
 
 ATTN_PACKAGES=(meson ninja-build pkg-config cmake g++ ccache
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
-  librapidcheck-dev libgtest-dev libbenchmark-dev libboost-dev python3-matplotlib)
+  librapidcheck-dev libgtest-dev libbenchmark-dev libboost-dev python3-matplotlib
+  clang libclang-rt-14-dev)
 
 attn_install_missing() {
   local missing=()
@@ -25,6 +26,14 @@ attn_build() {
     meson setup build --buildtype=release
   fi
   meson compile -C build
+}
+
+# The libFuzzer targets: a clang build directory of the fuzz targets only.
+attn_build_fuzz() {
+  if [ ! -f build-fuzz/build.ninja ]; then
+    CXX=clang++ meson setup build-fuzz -Dfuzz=true --buildtype=debugoptimized
+  fi
+  meson compile -C build-fuzz
 }
 
 attn_install_missing

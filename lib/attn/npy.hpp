@@ -13,6 +13,8 @@ namespace attn {
 // as double. `what` names the file's role in errors ("--q").
 xt::xtensor<double, 4> load_npy(const std::string& path, const std::string& what,
                                 std::size_t& rank_out);
+// As load_npy, from the bytes of a .npy file in memory (the fuzz target).
+xt::xtensor<double, 4> load_npy_bytes(const std::string& bytes, const std::string& what, std::size_t& rank_out);
 // As load_npy, for a tensor of exactly `rank` dimensions.
 xt::xtensor<double, 1> load_npy_1d(const std::string& path, const std::string& what);
 xt::xtensor<double, 2> load_npy_2d(const std::string& path, const std::string& what);

@@ -14,15 +14,11 @@
 #include <variant>
 #include <vector>
 
+#include "attn/error.hpp"
 #include "attn/precision.hpp"
 #include "attn/xt.hpp"
 
 namespace attn {
-
-// Every input error of the suite: one line naming what is wrong.
-struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct Shape {
   std::size_t batch = 1, heads = 1, n_q = 1, n_kv = 1, d_k = 1, d_v = 1;
