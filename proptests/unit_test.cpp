@@ -367,6 +367,55 @@ TEST(Npy, ReadsEveryFloatWidthAndRejectsMalformedFiles) {
   expect_npy_error((t.dir / "absent.npy").string(), "cannot open");
 }
 
+// Hostile headers, each built from a valid file by editing its header; the
+// first three are the fuzz target's findings (fuzz/corpus/npy/regression-*).
+TEST(Npy, HostileHeadersAreOneClearErrorWithoutALargeAllocation) {
+  const std::string good = xt::dump_npy(xt::xtensor<double, 2>{{1.0, 2.0, 3.0}, {4.0, 5.0, 6.0}});
+  const std::string header = good.substr(10, good.find('\n') - 10);
+  auto with_header = [&](const std::string& h, int version = 1) {
+    std::string r = "\x93NUMPY";
+    r += char(version);
+    r += '\0';
+    const std::size_t n = h.size() + 1;  // the header ends with the newline
+    r += char(n & 0xff);
+    r += char((n >> 8) & 0xff);
+    if (version > 1) r += std::string("\0\0", 2);
+    return r + h + good.substr(good.find('\n'));
+  };
+  auto message = [](const std::string& bytes) {
+    try {
+      std::size_t rank = 0;
+      load_npy_bytes(bytes, "x", rank);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto replaced = [&](std::string what, std::string by) {
+    std::string h = header;
+    h.replace(h.find(what), what.size(), by);
+    return h;
+  };
+  std::size_t rank = 0;
+  EXPECT_EQ(load_npy_bytes(good, "x", rank)(0, 0, 1, 2), 6.0);
+  EXPECT_NE(message(std::string("\x93NUMPY\x01\x00\x00\x00", 10)).find("no 'descr'"), std::string::npos);
+  std::string lying = good;  // version 2 with a header length of 2^31
+  lying[6] = 2;
+  lying.insert(8, std::string("\0\0\0\x80", 4).substr(0, 4));
+  EXPECT_NE(message(lying).find("runs past the end of the file"), std::string::npos) << message(lying);
+  EXPECT_NE(message(with_header(replaced("(2, 3)", "(41469437, 0, 9999937, 999906999999)"))).find("overflows"),
+            std::string::npos);
+  EXPECT_NE(message(with_header(replaced("(2, 3)", "(2, 3L4)"))).find("separated by commas"), std::string::npos);
+  EXPECT_NE(message(with_header(replaced("(2, 3)", "(9999999, 9999999)"))).find("promises"), std::string::npos);
+  EXPECT_NE(message(with_header(replaced("<f8", ">f8"))).find("dtype '>f8'"), std::string::npos);
+  EXPECT_NE(message(with_header(replaced("False", "True"))).find("Fortran-ordered"), std::string::npos);
+  EXPECT_NE(message(with_header(replaced("False", "Maybe"))).find("neither True nor False"), std::string::npos);
+  EXPECT_NE(message(with_header(replaced("(2, 3)", "(1, 1, 1, 2, 3)"))).find("expected [n, d]"), std::string::npos)
+      << message(with_header(replaced("(2, 3)", "(1, 1, 1, 2, 3)")));
+  EXPECT_NE(message(with_header(replaced("'shape': (2, 3)", "'shape': "))).find("'shape'"), std::string::npos);
+  EXPECT_NE(message(with_header(header, 7)).find("unsupported .npy version 7.0"), std::string::npos);
+}
+
 TEST(Npy, WritesAtomicallyOverAnExistingFile) {
   TempDir t;
   const std::string path = t.file("out.npy", "old contents");

@@ -32,6 +32,12 @@ void widen(const char* bytes, std::size_t n, std::vector<double>& out) {
   }
 }
 
+std::string shape_string(const std::vector<std::size_t>& s) {
+  std::string r = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
 // IEEE binary16 bits to double, by hand rather than through _Float16 so
 // that this file builds with compilers that lack it (clang 14 on x86, which
 // builds the fuzz target).
@@ -87,6 +93,8 @@ void parse_header(const std::string& h, std::string& descr, bool& fortran, std::
       d = d * 10 + std::size_t(h[i] - '0');
     }
     if (i < close && h[i] == 'L') ++i;  // Python 2 longs
+    while (i < close && h[i] == ' ') ++i;
+    if (i < close && h[i] != ',') throw Error("header 'shape' dimensions must be separated by commas");
     shape.push_back(d);
     if (shape.size() > 32) throw Error("header 'shape' has more than 32 dimensions");
   }
@@ -124,9 +132,14 @@ Raw load_raw(std::istream& in, std::size_t file_size, const std::string& where) 
     throw Error(where + "not a valid .npy file (" + e.what() + ")");
   }
   if (fortran) throw Error(where + "is Fortran-ordered; save it with numpy.ascontiguousarray first");
-  std::size_t count = 1;
+  // The element count, and the product of the nonzero extents: xtensor
+  // computes strides from every extent in a signed type, so even a shape with
+  // a zero extent must not overflow it (found by the fuzz target).
+  std::size_t count = 1, extent = 1;
+  const std::size_t limit = static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()) / sizeof(double);
   for (std::size_t d : raw.shape) {
-    if (d != 0 && count > std::numeric_limits<std::size_t>::max() / d) throw Error(where + "shape overflows");
+    if (d != 0 && extent > limit / d) throw Error(where + "shape " + shape_string(raw.shape) + " overflows");
+    if (d != 0) extent *= d;
     count *= d;
   }
   struct Kind {
@@ -165,11 +178,6 @@ Raw load_raw(const std::string& path, const std::string& what) {
   return load_raw(in, file_size, where);
 }
 
-std::string shape_string(const std::vector<std::size_t>& s) {
-  std::string r = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
 
 template <std::size_t N>
 xt::xtensor<double, N> as_tensor(Raw&& raw) {
