@@ -173,6 +173,20 @@ TEST(GoldenCli, BadInputIsOneLineAndExitCodeTwo) {
       {"attend --random 1,1,4,4,8,8 --precision fp8", "unknown precision 'fp8'"},
       {"attend --random 1,1,4,4,8,8 --frobnicate", "unknown option '--frobnicate'"},
       {"frobnicate", "unknown command"},
+      {"attend --random 1,1,4,4,8,8 --seed", "--seed needs a value"},
+      {"attend --random 1,1,4,4,8,8 --seed 1 --seed 2", "--seed given twice"},
+      {"attend --q q.npy --k k.npy --v v.npy --random 1,1,4,4,8,8", "either --q/--k/--v or --random, not both"},
+      {"attend --random 1,1,4,4,8,8 --threads 0", "threads is 0, must be between 1 and 1024"},
+      {"attend --random 1,1,4,4,8,8 --scale -1", "must be finite and >= 0"},
+      {"attend --random 1,1,4,4,8,8 --scale nan", "not a finite number"},
+      {"attend --random 1,1,4,4,8,8 --mask keypad:" + cli.path("none.npy"), "cannot open"},
+      {"attend --random 1,1,4,4,8,8 --mask sideways", "is not one of none, causal"},
+      {"attend --random 1,1,4,4,8,8 --json=yes", "--json takes no value"},
+      {"attend 1,1,4,4,8,8", "unexpected argument"},
+      {"layer --random 1,4,6,4", "not divisible by num_heads"},
+      {"layer --random 1,4,8,2 --rope odd", "--rope must be half or interleaved"},
+      {"layer --random 1,4,8,2 --decode", "add --causal"},
+      {"layer --random 1,4,8,2 --layer block --decode", "go with mha"},
   };
   for (const auto& [args, message] : cases) {
     std::string out, err;

@@ -169,7 +169,9 @@ TEST(Validate, NamesTheOffendingTensorAndDimension) {
   expect_error(small(), m, "window must be >= 1");
   Options s;
   s.scale = std::numeric_limits<double>::infinity();
-  expect_error(small(), s, "scale");
+  expect_error(small(), s, "scale is inf, must be finite and >= 0");
+  s.scale = -0.5;
+  expect_error(small(), s, "scale is -0.500000, must be finite and >= 0");
   Options t;
   t.threads = 0;
   expect_error(small(), t, "threads is 0, must be between 1 and 1024");

@@ -28,6 +28,18 @@ attn_build() {
   meson compile -C build
 }
 
+# The sanitizer build: AddressSanitizer + UndefinedBehaviorSanitizer, the
+# tests scripts/test runs under them (unit, golden, agreement, props with
+# 10 cases per property) and attn-lab, which the golden tests call.
+attn_build_asan() {
+  if [ ! -f build-asan/build.ninja ]; then
+    meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debugoptimized \
+      "-Drc_params=seed=20261129 max_success=10"
+  fi
+  meson compile -C build-asan proptests/unit_test proptests/golden_test proptests/agreement_test proptests/props \
+    lib/attn-lab
+}
+
 # The libFuzzer targets: a clang build directory of the fuzz targets only.
 attn_build_fuzz() {
   if [ ! -f build-fuzz/build.ninja ]; then

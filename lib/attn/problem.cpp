@@ -88,7 +88,8 @@ void validate(const Inputs<S>& in, const Options& opt) {
     require_finite(in.v, "V");
   }
   const double scale = opt.resolved_scale(s);
-  if (!std::isfinite(scale)) fail("scale is " + std::to_string(scale) + ", must be finite");
+  if (!std::isfinite(scale) || scale < 0)
+    fail("scale is " + std::to_string(scale) + ", must be finite and >= 0");
   if (opt.threads < 1 || opt.threads > 1024)
     fail("threads is " + std::to_string(opt.threads) + ", must be between 1 and 1024");
 

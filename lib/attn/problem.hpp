@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/error.hpp"
+#include "attn/mask.hpp"
 #include "attn/precision.hpp"
 #include "attn/xt.hpp"
 
@@ -26,33 +27,6 @@ struct Shape {
 };
 std::string to_string(const Shape& s);  // "B=1 H=2 n_q=300 n_kv=517 d_k=64 d_v=48"
 
-namespace mask {
-struct None {};
-// Query i sees key j iff j <= i + n_kv - n_q (aligned bottom-right).
-struct Causal {};
-// Causal, and only the last `window` keys: i + off - window < j <= i + off,
-// off = n_kv - n_q. window = 1 sees only the aligned key itself.
-struct SlidingWindow {
-  std::size_t window = 1;
-};
-// Keys j < valid_length[b] are visible in batch b; a length of 0 masks the row.
-struct KeyPadding {
-  std::vector<std::size_t> valid_length;
-};
-// allowed[i, j] != 0 means query i sees key j; broadcast over batch and heads.
-struct Boolean {
-  xt::xtensor<std::uint8_t, 2> allowed;
-};
-// bias[i, j] is added to the scaled score (ALiBi-style); -inf masks the key.
-// Broadcast over batch and heads.
-struct AdditiveBias {
-  xt::xtensor<double, 2> bias;
-};
-}  // namespace mask
-
-using Mask = std::variant<mask::None, mask::Causal, mask::SlidingWindow, mask::KeyPadding,
-                          mask::Boolean, mask::AdditiveBias>;
-std::string mask_name(const Mask& m);  // "none", "causal", "window:16", "keypad", "bool", "bias"
 
 struct Options {
   std::optional<double> scale;  // default 1/sqrt(d_k)

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/problem.hpp"
+#include "attn/error.hpp"
 
 namespace attn::cli {
 

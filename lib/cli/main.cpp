@@ -19,6 +19,7 @@
 #include "claims/claim.hpp"
 #include "attn/registry.hpp"
 #include "cli/args.hpp"
+#include "cli/parse.hpp"
 
 namespace attn::cli {
 namespace {
@@ -112,40 +113,8 @@ std::string json_string(std::string_view s) {
 }
 
 Shape parse_shape(const std::string& s) {
-  std::vector<std::size_t> dims;
-  std::stringstream in(s);
-  std::string part;
-  while (std::getline(in, part, ',')) dims.push_back(Args::parse_count(part, "--random"));
-  if (dims.size() != 6) throw Error("--random wants B,H,NQ,NKV,DK,DV (6 numbers), got '" + s + "'");
-  return {dims[0], dims[1], dims[2], dims[3], dims[4], dims[5]};
-}
-
-Mask parse_mask(const std::string& m, std::size_t batch) {
-  const auto colon = m.find(':');
-  const std::string kind = m.substr(0, colon), arg = colon == std::string::npos ? "" : m.substr(colon + 1);
-  if (m == "none") return mask::None{};
-  if (m == "causal") return mask::Causal{};
-  if (kind == "window" && !arg.empty()) return mask::SlidingWindow{Args::parse_count(arg, "--mask window")};
-  if (kind == "keypad" && !arg.empty()) {
-    auto lengths = load_npy_1d(arg, "--mask keypad");
-    mask::KeyPadding kp;
-    for (double x : lengths) {
-      if (!(x >= 0) || x != std::floor(x)) throw Error("--mask keypad " + arg + ": lengths must be non-negative integers");
-      kp.valid_length.push_back(static_cast<std::size_t>(x));
-    }
-    if (kp.valid_length.size() != batch)
-      throw Error("--mask keypad " + arg + ": has " + std::to_string(kp.valid_length.size()) +
-                  " lengths, expected one per batch (" + std::to_string(batch) + ")");
-    return kp;
-  }
-  if (kind == "bool" && !arg.empty()) {
-    auto a = load_npy_2d(arg, "--mask bool");
-    mask::Boolean b{xt::xtensor<std::uint8_t, 2>::from_shape(a.shape())};
-    for (std::size_t i = 0; i < a.size(); ++i) b.allowed.data()[i] = a.data()[i] != 0;
-    return b;
-  }
-  if (kind == "bias" && !arg.empty()) return mask::AdditiveBias{load_npy_2d(arg, "--mask bias")};
-  throw Error("--mask '" + m + "' is not one of none, causal, window:W, keypad:FILE, bool:FILE, bias:FILE");
+  const auto d = parse_counts(s, 6, "--random", "B,H,NQ,NKV,DK,DV");
+  return {d[0], d[1], d[2], d[3], d[4], d[5]};
 }
 
 // Drops the leading unit dimensions the inputs did not have.
@@ -180,11 +149,7 @@ void refuse_overwrite(const Args& args, std::initializer_list<const char*> outpu
 }
 
 int attend(const std::vector<std::string>& argv) {
-  const Args args(argv,
-                  {"--q", "--k", "--v", "--random", "--seed", "--logit-scale", "--backend", "--precision",
-                   "--accumulate", "--scale", "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse",
-                   "--repeat", "--threads"},
-                  {"--check", "--json", "--allow-nonfinite", "--force", "--help"});
+  const Args args(argv, kAttendValued, kAttendFlags);
   if (args.flag("--help")) {
     std::cout << kHelp;
     return 0;
@@ -367,10 +332,7 @@ int layer(const std::vector<std::string>& argv) {
   std::size_t heads = 0;
   if (args.has("--random") == args.has("--x")) throw Error("give exactly one of --random B,L,E,H and --x X.npy");
   if (args.has("--random")) {
-    std::vector<std::size_t> dims;
-    std::stringstream in(args.str("--random"));
-    for (std::string part; std::getline(in, part, ',');) dims.push_back(Args::parse_count(part, "--random"));
-    if (dims.size() != 4) throw Error("--random wants B,L,E,H (4 numbers), got '" + args.str("--random") + "'");
+    const auto dims = parse_counts(args.str("--random"), 4, "--random", "B,L,E,H");
     if (std::find(dims.begin(), dims.end(), 0u) != dims.end()) throw Error("--random: every dimension must be >= 1");
     x = random_sequence(dims[0], dims[1], dims[2], seed);
     heads = dims[3];
