@@ -23,7 +23,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import html_page  # noqa: E402
+
 INPUTS = ["peak.json", "bench.json", "accuracy.json", "entropy.json", "claims.json", "build.json"]
+# Optional inputs of index.html (scripts/html_page.py collect writes them).
+PAGE_INPUTS = ["heatmaps.json", "explorer.json"]
 BENCH_NAME_KEYS = ("family", "backend", "precision", "causal", "threads")
 
 
@@ -531,11 +535,19 @@ def make_report(data_dir, out_root, command, stamp=None):
                     + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items()),
                     "performance targets missed: " + ("; ".join(missed) if missed else "none"),
                     "claims: " + "; ".join(verdicts)]
+        index_text = index_report(peak, build, bench, command, stamp, readings)
         for name, text in (("scaling.md", scaling), ("memory.md", memory), ("performance.md", performance), ("accuracy.md", accuracy),
                            ("entropy.md", entropy), ("claims.md", ledger),
-                           ("index.md", index_report(peak, build, bench, command, stamp, readings))):
+                           ("index.md", index_text)):
             with open(os.path.join(tmp, name), "w") as f:
                 f.write(text)
+        pages = [("index", "run", index_text), ("performance", "performance", performance),
+                 ("scaling", "scaling", scaling), ("memory", "memory", memory), ("accuracy", "accuracy", accuracy),
+                 ("entropy", "entropy", entropy), ("claims", "claims", ledger)]
+        extra = {n: load(data_dir, n) for n in PAGE_INPUTS if os.path.exists(os.path.join(data_dir, n))}
+        html_page.render(tmp, stamp, command, pages, bench, peak, extra.get("heatmaps.json"), extra.get("explorer.json"))
+        for name in extra:
+            shutil.copy(os.path.join(data_dir, name), os.path.join(tmp, "data", name))
         for name in INPUTS:
             shutil.copy(os.path.join(data_dir, name), os.path.join(tmp, "data", name))
         os.rename(tmp, final)

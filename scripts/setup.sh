@@ -5,7 +5,7 @@ set -euo pipefail
 ATTN_PACKAGES=(meson ninja-build pkg-config cmake g++ ccache
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
   librapidcheck-dev libgtest-dev libbenchmark-dev libboost-dev python3-matplotlib
-  clang libclang-rt-14-dev)
+  clang libclang-rt-14-dev python3-numpy python3-markdown chromium chromium-driver python3-selenium)
 
 attn_install_missing() {
   local missing=()

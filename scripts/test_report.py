@@ -75,7 +75,7 @@ class ReportTest(unittest.TestCase):
 
     def test_every_report_and_figure_is_written(self):
         final, readings = report.make_report(self.data, self.out, "test", stamp="run1")
-        for name in ("index.md", "scaling.md", "memory.md", "accuracy.md", "entropy.md", "claims.md", "scaling_n.svg",
+        for name in ("index.md", "index.html", "scaling.md", "memory.md", "accuracy.md", "entropy.md", "claims.md", "scaling_n.svg",
                      "scaling_d.svg", "roofline.svg", "memory_n.svg", "accuracy_n.svg", "accuracy_scale.svg",
                      "entropy.svg", "claim_toy_0.svg", "data/bench.json"):
             path = os.path.join(final, name)
