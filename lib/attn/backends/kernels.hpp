@@ -48,11 +48,19 @@ inline MaskView::Range block_keys(const MaskView& mask, std::size_t b, std::size
   return span;
 }
 
+// bf16/fp16 -> float, 16 at a time (microkernel.cpp: AVX-512 / F16C
+// conversions where the build has them, plain loops otherwise).
+void widen_to_float(const bf16* src, std::size_t n, float* dst);
+void widen_to_float(const fp16* src, std::size_t n, float* dst);
+
 // The n values at `src` as A: `src` itself when S is A, else widened into `buf`.
 template <class A, class S>
 const A* as_accumulate(const S* src, std::size_t n, A* buf) {
   if constexpr (std::is_same_v<S, A>) {
     return src;
+  } else if constexpr (std::is_same_v<A, float> && (std::is_same_v<S, bf16> || std::is_same_v<S, fp16>)) {
+    widen_to_float(src, n, buf);
+    return buf;
   } else {
     for (std::size_t i = 0; i < n; ++i) buf[i] = convert<A>(src[i]);
     return buf;

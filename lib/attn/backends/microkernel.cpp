@@ -1,5 +1,10 @@
 #include "attn/backends/microkernel.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
 #include <cmath>
 
 #include <xsimd/xsimd.hpp>
@@ -72,10 +77,48 @@ void tile_gemm(const float* a, std::size_t lda, const float* b, std::size_t ldb,
     }
 }
 
+// Hand-written conversions: GCC 12 turns neither loop into vector code
+// (bf16 is a struct, and _Float16 -> float stays scalar vcvtsh2ss), and the
+// scalar widening cost bf16/fp16 storage 2-4% against fp32 (docs/performance.md).
+void widen_to_float(const bf16* src, std::size_t n, float* dst) {
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = float(src[i]);
+}
+
+void widen_to_float(const fp16* src, std::size_t n, float* dst) {
+  std::size_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+#elif defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+  for (; i < n; ++i) dst[i] = float(src[i]);
+}
+
 template <class S>
 void pack_transposed(const S* src, std::size_t rows, std::size_t d, float* out) {
-  for (std::size_t j = 0; j < rows; ++j)
-    for (std::size_t l = 0; l < d; ++l) out[l * rows + j] = convert<float>(src[j * d + l]);
+  if constexpr (std::is_same_v<S, bf16> || std::is_same_v<S, fp16>) {
+    // Widen a row at a time (contiguous, vectorised), then scatter it.
+    constexpr std::size_t chunk = 256;
+    float row[chunk];
+    for (std::size_t j = 0; j < rows; ++j)
+      for (std::size_t l0 = 0; l0 < d; l0 += chunk) {
+        const std::size_t len = std::min(chunk, d - l0);
+        widen_to_float(src + j * d + l0, len, row);
+        for (std::size_t l = 0; l < len; ++l) out[(l0 + l) * rows + j] = row[l];
+      }
+  } else {
+    for (std::size_t j = 0; j < rows; ++j)
+      for (std::size_t l = 0; l < d; ++l) out[l * rows + j] = convert<float>(src[j * d + l]);
+  }
 }
 
 #define ATTN_INSTANTIATE(S) template void pack_transposed(const S*, std::size_t, std::size_t, float*);
