@@ -315,6 +315,9 @@ def render(folder, stamp, command, md_pages, bench, peak, heat=None, explorer=No
     body = [f"<header><h1>attention-lab run {html.escape(stamp)}</h1><p>Command: <code>{html.escape(command)}</code>"
             f"</p><nav aria-label=\"sections\">{nav}</nav></header><main>"]
     for anchor, _title, text in md_pages:
+        if anchor == "index":  # its title and command are the page header already
+            text = text.split("## Machine", 1)[-1]
+            text = "## Machine" + text
         body.append(f'<section id="{anchor}">{md_to_html(text)}</section>')
     body.append('<section id="benchmarks"><h2>Every benchmark of the run</h2><p>Click a column header (or focus it '
                 'and press Enter) to sort.</p>' + bench_table(bench, peak) + "</section>")
