@@ -139,11 +139,18 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       }
     };
 
-    for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
-      const std::size_t cols = std::min(B_c, hi - j0);
-      const Rows rs = rows_seeing(j0, cols);
-      if (rs.first == rs.last) continue;
-      scores(j0, cols, rs);
+    // For each key tile some row sees: its scores in S_ij, then visit(j0, cols, rows).
+    auto each_key_tile = [&](auto&& visit) {
+      for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
+        const std::size_t cols = std::min(B_c, hi - j0);
+        const Rows rs = rows_seeing(j0, cols);
+        if (rs.first == rs.last) continue;
+        scores(j0, cols, rs);
+        visit(j0, cols, rs);
+      }
+    };
+
+    each_key_tile([&](std::size_t j0, std::size_t cols, Rows rs) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         A* s = S_ij + r_ * cols;
         // m_new = max(m_i, rowmax(S_ij));  P~_ij = exp(S_ij - m_new)
@@ -165,7 +172,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       // O_i += P~_ij V_j
       T::pv(S_ij + rs.first * cols, as_accumulate(&in.v(b, h, j0, 0), cols * d_v, v_buf), O_i + rs.first * d_v,
             rs.last - rs.first, cols, d_v);
-    }
+    });
 
     // O_i = O_i / l_i;  lse_i = m_i + log l_i
     S* o = &r.out(b, h, i0, 0);
@@ -184,18 +191,14 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       // lse in A, reused as the shift of this row (m_i is no longer needed)
       m_i[r_] = l_i[r_] > zero ? A(m_i[r_] + log_of<A>(l_i[r_])) : minus_inf;
     }
-    for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
-      const std::size_t cols = std::min(B_c, hi - j0);
-      const Rows rs = rows_seeing(j0, cols);
-      if (rs.first == rs.last) continue;
-      scores(j0, cols, rs);
+    each_key_tile([&](std::size_t j0, std::size_t cols, Rows rs) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         const A* s = S_ij + r_ * cols;
         if (!(m_i[r_] > minus_inf)) continue;
         double* w = &(*r.weights)(b, h, i0 + r_, j0);
         for (std::size_t c = 0; c < cols; ++c) w[c] = convert<double>(exp_of<A>(s[c] - m_i[r_]));
       }
-    }
+    });
   };
   parallel_for(sh.batch * sh.heads * q_blocks, n_workers, query_block);
 
