@@ -34,8 +34,9 @@ usage:
                              through every backend and precision, as a table
   attn-lab peak [--json] [--out FILE]
                              this machine's measured peaks: FMA GFLOP/s (fp32, fp64) for one
-                             thread and all, single-thread BLAS GEMM at n = 1024 and 2048,
-                             stream triad bandwidth (takes about half a minute)
+                             thread and all, single-thread BLAS GEMM at n = 1024 and 2048, the
+                             two GEMMs of one attention head at n = 4096 (d = 64, 128), stream
+                             triad bandwidth (takes about half a minute)
   attn-lab accuracy [--profile quick|full] --out FILE.json
                              error of every backend x precision x accumulation against the
                              ground truth (50 digits where affordable, else the compensated
