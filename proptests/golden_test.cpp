@@ -157,9 +157,9 @@ TEST(GoldenCli, AnExistingOutputIsKeptWithoutForce) {
   std::ifstream f(cli.path("mine.npy"));
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "the user's file");
   EXPECT_EQ(cli.run("attend --random 1,1,4,4,8,8 --force --out " + cli.path("mine.npy"), &out, &err), 0) << err;
-  std::size_t rank = 0;
-  EXPECT_EQ(load_npy(cli.path("mine.npy"), "mine", rank).shape(2), 4u);
-  EXPECT_EQ(rank, 4u);
+  const NpyTensor mine = load_npy(cli.path("mine.npy"), "mine");
+  EXPECT_EQ(mine.data.shape(2), 4u);
+  EXPECT_EQ(mine.rank, 4u);
 }
 
 TEST(GoldenCli, BadInputIsOneLineAndExitCodeTwo) {

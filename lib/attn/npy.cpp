@@ -209,13 +209,17 @@ xt::xtensor<double, 4> as_rank4(Raw&& raw, const std::string& where, std::size_t
 }
 }  // namespace
 
-xt::xtensor<double, 4> load_npy(const std::string& path, const std::string& what, std::size_t& rank_out) {
-  return as_rank4(load_raw(path, what), what + " " + path + ": ", rank_out);
+NpyTensor load_npy(const std::string& path, const std::string& what) {
+  NpyTensor t;
+  t.data = as_rank4(load_raw(path, what), what + " " + path + ": ", t.rank);
+  return t;
 }
 
-xt::xtensor<double, 4> load_npy_bytes(const std::string& bytes, const std::string& what, std::size_t& rank_out) {
+NpyTensor load_npy_bytes(const std::string& bytes, const std::string& what) {
   std::istringstream in(bytes, std::ios::binary);
-  return as_rank4(load_raw(in, bytes.size(), what + ": "), what + ": ", rank_out);
+  NpyTensor t;
+  t.data = as_rank4(load_raw(in, bytes.size(), what + ": "), what + ": ", t.rank);
+  return t;
 }
 
 xt::xtensor<double, 1> load_npy_1d(const std::string& path, const std::string& what) {

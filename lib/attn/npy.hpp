@@ -9,12 +9,20 @@
 
 namespace attn {
 
+// A tensor of rank 2 to 4 read from .npy, padded at the front to 4
+// dimensions, with the rank the file had. The rank travels with the data
+// (not through an out-parameter, which a caller could read in the same
+// expression before the load wrote it: C++ leaves the order unspecified).
+struct NpyTensor {
+  xt::xtensor<double, 4> data;
+  std::size_t rank = 0;
+};
+
 // Loads `path` (C order, little-endian; dtype f8, f4, f2, b1, u1, i4 or i8)
 // as double. `what` names the file's role in errors ("--q").
-xt::xtensor<double, 4> load_npy(const std::string& path, const std::string& what,
-                                std::size_t& rank_out);
+NpyTensor load_npy(const std::string& path, const std::string& what);
 // As load_npy, from the bytes of a .npy file in memory (the fuzz target).
-xt::xtensor<double, 4> load_npy_bytes(const std::string& bytes, const std::string& what, std::size_t& rank_out);
+NpyTensor load_npy_bytes(const std::string& bytes, const std::string& what);
 // As load_npy, for a tensor of exactly `rank` dimensions.
 xt::xtensor<double, 1> load_npy_1d(const std::string& path, const std::string& what);
 xt::xtensor<double, 2> load_npy_2d(const std::string& path, const std::string& what);

@@ -162,13 +162,16 @@ int attend(const std::vector<std::string>& argv) {
   const bool files = args.has("--q") || args.has("--k") || args.has("--v");
   if (files && args.has("--random")) throw Error("give either --q/--k/--v or --random, not both");
   if (files) {
-    std::size_t rk = 0, rv = 0;
     for (const char* o : {"--q", "--k", "--v"})
       if (!args.has(o)) throw Error(std::string(o) + " is missing (--q, --k and --v go together)");
-    in.q = load_npy(args.str("--q"), "--q", rank);
-    in.k = load_npy(args.str("--k"), "--k", rk);
-    in.v = load_npy(args.str("--v"), "--v", rv);
-    if (rk != rank || rv != rank) throw Error("--q, --k and --v must have the same number of dimensions");
+    NpyTensor q = load_npy(args.str("--q"), "--q"), k = load_npy(args.str("--k"), "--k"),
+              v = load_npy(args.str("--v"), "--v");
+    if (k.rank != q.rank || v.rank != q.rank)
+      throw Error("--q, --k and --v must have the same number of dimensions");
+    rank = q.rank;
+    in.q = std::move(q.data);
+    in.k = std::move(k.data);
+    in.v = std::move(v.data);
   } else if (args.has("--random")) {
     in = random_inputs(parse_shape(args.str("--random")), args.count("--seed", 0), args.real("--logit-scale", 1.0));
   } else {
@@ -276,10 +279,11 @@ constexpr const char* kLayerHelp = R"(attn-lab layer: a layer on top of any back
   --json                    one-line JSON summary
 )";
 
-Sequence as_sequence(const xt::xtensor<double, 4>& t, std::size_t rank, const std::string& what) {
-  if (rank != 2 && rank != 3) throw Error(what + " must be [L, E] or [B, L, E], got " + std::to_string(rank) + " dimensions");
+Sequence as_sequence(const NpyTensor& t, const std::string& what) {
+  if (t.rank != 2 && t.rank != 3)
+    throw Error(what + " must be [L, E] or [B, L, E], got " + std::to_string(t.rank) + " dimensions");
   // load_npy pads at the front to [1, (1,) L, E]
-  return Sequence(xt::view(t, 0, xt::all(), xt::all(), xt::all()));
+  return Sequence(xt::view(t.data, 0, xt::all(), xt::all(), xt::all()));
 }
 
 Linear load_linear(const std::string& dir, const std::string& weight, const std::string& bias) {
@@ -339,16 +343,14 @@ int layer(const std::vector<std::string>& argv) {
     heads = dims[3];
     if (args.has("--heads")) throw Error("--heads goes with --x (--random gives H itself)");
   } else {
-    std::size_t rank = 0;
-    x = as_sequence(load_npy(args.str("--x"), "--x", rank), rank, "--x");
+    x = as_sequence(load_npy(args.str("--x"), "--x"), "--x");
     if (!args.has("--heads")) throw Error("--x needs --heads H");
     heads = args.count("--heads", 1);
   }
   const std::size_t E = x.shape(2);
   Sequence kv = x;
   if (args.has("--kv")) {
-    std::size_t rank = 0;
-    kv = as_sequence(load_npy(args.str("--kv"), "--kv", rank), rank, "--kv");
+    kv = as_sequence(load_npy(args.str("--kv"), "--kv"), "--kv");
   }
   const std::string kind = args.str("--layer", "mha");
   if (kind != "mha" && kind != "block") throw Error("--layer must be mha or block, got '" + kind + "'");
@@ -443,7 +445,32 @@ int layer(const std::vector<std::string>& argv) {
   return 0;
 }
 
-int list() {
+int list(const std::vector<std::string>& argv) {
+  const Args args(argv, {}, {"--json", "--help"});
+  if (args.flag("--help")) {
+    std::cout << kHelp;
+    return 0;
+  }
+  if (args.flag("--json")) {
+    std::string j = "{\"backends\":[";
+    bool first = true;
+    for_each_backend([&](auto b) {
+      using B = typename decltype(b)::type;
+      j += std::string(first ? "" : ",") + "{\"name\":" + json_string(B::name) + "}";
+      first = false;
+    });
+    j += "],\"precisions\":[";
+    first = true;
+    for_each_storage([&](auto s) {
+      using S = typename decltype(s)::type;
+      j += std::string(first ? "" : ",") + "{\"name\":" + json_string(precision_traits<S>::name) +
+           ",\"unit_roundoff\":" + json_number(precision_traits<S>::unit_roundoff) + ",\"default_accumulate\":" +
+           json_string(accumulate_name(default_accumulate<S>)) + "}";
+      first = false;
+    });
+    std::cout << j << "]}\n";
+    return 0;
+  }
   std::printf("backends:\n");
   for_each_backend([](auto b) {
     using B = typename decltype(b)::type;
@@ -621,7 +648,7 @@ int main(int argc, char** argv) {
       std::cout << kHelp;
       return 0;
     }
-    if (command == "list") return list();
+    if (command == "list") return list(rest);
     if (command == "attend") return attend(rest);
     if (command == "demo") return demo(rest);
     if (command == "peak") return peak(rest);

@@ -1,0 +1,425 @@
+#!/usr/bin/python3
+"""torch_oracle: attn-lab against PyTorch (Debian's python3-torch), an
+implementation this project did not write, so a misunderstanding shared by
+our backends and our reference (weight layout [out, in], bias layout, mask
+polarity, kdim/vdim, head splitting, causal alignment) shows up here.
+
+    test_torch_oracle.py ATTN_LAB
+
+Every attn-lab run reads .npy files written by NumPy and is compared with
+  - torch in float64: `torch.softmax(q @ k^T * scale + mask) @ v` for
+    `attn-lab attend`, `torch.nn.MultiheadAttention(...).double()` with the
+    same state_dict for `attn-lab layer`;
+  - a truth T computed by NumPy in extended precision (np.longdouble, 64-bit
+    significand: 2^11 times finer than float64) from the same inputs.
+Inputs are made exactly representable in the storage precision under test,
+so attn-lab's rounding of them is the identity and T is their exact result
+up to 2^-64.
+
+Criteria (each derived, none tuned; the mutations at the end show each can
+fail):
+  worst case: |ours - torch64| <= B_ours + B_torch, the first-order
+      rounding-error bounds derived below for the storage and accumulation
+      precision each side computed in (Higham, Accuracy and Stability,
+      gamma_k = k u / (1 - k u)). Every backend, every precision.
+  2x baseline (FlashAttention's rule): |ours - T| <= 2 |baseline - T| + floor,
+      the baseline naive attn-lab in the same precision (for naive itself,
+      torch64 in fp64; the worst-case bound otherwise), floor = u_store max|T|
+      (one half-ulp rounding of each of two outputs).
+Semantic differences from torch 1.13, stated and checked: a fully masked
+row is NaN in torch and exactly 0 in attn-lab; torch's `tril()` causal mask
+is aligned top-left, attn-lab's causal mask bottom-right (query i sees key
+j iff j <= i + n_kv - n_q), so for n_q != n_kv the torch side is given
+`tril(diagonal=n_kv - n_q)`.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+ATTN_LAB = sys.argv[1]
+SEED = 20261130
+LD = np.longdouble
+U64 = 2.0 ** -53
+failures = []
+checks = 0
+
+
+def gamma(k, u):
+    return k * u / (1 - k * u) if k * u < 1 else np.inf
+
+
+def run(args, cwd):
+    p = subprocess.run([ATTN_LAB] + args, cwd=cwd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"attn-lab {' '.join(args)}: exit {p.returncode}: {p.stderr.strip()}")
+    return p.stdout
+
+
+REGISTRY = json.loads(run(["list", "--json"], "."))
+BACKENDS = [b["name"] for b in REGISTRY["backends"]]
+PRECISIONS = {p["name"]: p for p in REGISTRY["precisions"]}
+
+
+def representable(x, precision):
+    """x rounded to the storage precision (round to nearest even), as float64."""
+    if precision == "fp64":
+        return x
+    if precision == "fp32":
+        return x.astype(np.float32).astype(np.float64)
+    if precision == "fp16":
+        return x.astype(np.float16).astype(np.float64)
+    if precision == "bf16":
+        return torch.from_numpy(x).to(torch.bfloat16).double().numpy()
+    raise ValueError(precision)
+
+
+def softmax_ld(s):
+    """Row softmax in long double; rows with no finite score give NaN (checked apart)."""
+    m = np.max(s, axis=-1, keepdims=True)
+    e = np.exp(s - m)
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def attention_ld(q, k, v, scale, bias):
+    with np.errstate(invalid="ignore"):
+        s = LD(scale) * (q.astype(LD) @ np.swapaxes(k.astype(LD), -1, -2)) + bias.astype(LD)
+        return softmax_ld(s) @ v.astype(LD)
+
+
+def attention_bound(q, k, v, scale, bias, eq, ek, ev, u_acc, u_out):
+    """First-order worst-case bound on |computed - exact| of each output
+    element, given elementwise bounds eq, ek, ev on the inputs' errors, for
+    an evaluation in unit roundoff u_acc rounded to u_out at the end:
+      scores  |dS| <= |scale| (eq|K|^T + |Q|ek^T + eq ek^T) + gamma_{d_k+2}(u_acc) (|scale||Q||K|^T + |bias|)
+      weights |dp_ij| <= p_ij (expm1(2 max_j |dS_ij|) + gamma_{n_kv+8}(u_acc))   (max shift, exp, sum, divide)
+      output  |dO| <= |dp||V| + p ev + gamma_{n_kv}(u_acc) p|V| + u_out |O|."""
+    a = abs(scale)
+    ds = a * (eq @ np.swapaxes(abs(k), -1, -2) + abs(q) @ np.swapaxes(ek, -1, -2) + eq @ np.swapaxes(ek, -1, -2))
+    finite = np.isfinite(bias)
+    mag = a * (abs(q) @ np.swapaxes(abs(k), -1, -2)) + np.where(finite, abs(bias), 0)
+    ds = np.where(finite, ds + gamma(q.shape[-1] + 2, u_acc) * mag, 0)
+    n = k.shape[-2]
+    with np.errstate(invalid="ignore"):
+        p = softmax_ld(scale * (q @ np.swapaxes(k, -1, -2)) + bias).astype(np.float64)
+    p = np.nan_to_num(p)
+    dp = p * (np.expm1(2 * np.max(ds, axis=-1, keepdims=True)) + gamma(n + 8, u_acc))
+    out = p @ v
+    return dp @ abs(v) + p @ ev + gamma(n, u_acc) * (p @ abs(v)) + u_out * abs(out)
+
+
+def record(ok, what):
+    global checks
+    checks += 1
+    if not ok:
+        failures.append(what)
+        print("FAIL", what)
+
+
+def verdicts(label, ours, torch64, truth, bound_ours, bound_torch, baseline_err, u_store, valid):
+    """The two criteria of the module docstring on the rows in `valid`."""
+    o, t, T = ours[valid], torch64[valid], truth[valid]
+    worst = float(np.max(abs(o - t) - (bound_ours + bound_torch)[valid])) if o.size else -1
+    err = float(np.max(abs(o - T))) if o.size else 0.0
+    allowed = 2 * baseline_err + u_store * float(np.max(abs(T))) if o.size else 0.0
+    record(worst <= 0, f"{label}: |ours - torch64| exceeds the worst-case bound by {worst:.3g}")
+    record(err <= allowed, f"{label}: error {err:.3g} > 2x baseline {baseline_err:.3g} + floor = {allowed:.3g}")
+    if allowed > 0:
+        precision = label.split()[-1]
+        HEADROOM[precision] = max(HEADROOM.get(precision, 0.0), err / allowed)
+    return err, allowed
+
+
+def save(path, a):
+    np.save(path, np.ascontiguousarray(a))
+
+
+# --- attend -------------------------------------------------------------------
+
+def attend_cases(rng):
+    """(name, shape (B,H,NQ,NKV,DK,DV), rank of the files, mask kind)."""
+    return [
+        ("self, no mask, rank 4", (2, 2, 16, 16, 8, 8), 4, "none"),
+        ("cross, d_k != d_v, rank 3", (1, 3, 12, 20, 8, 5), 3, "none"),
+        ("causal n_q < n_kv (bottom-right)", (1, 2, 7, 19, 6, 6), 4, "causal"),
+        ("boolean mask file, rank 2", (1, 1, 10, 14, 4, 3), 2, "bool"),
+        ("additive bias with -inf", (2, 1, 9, 9, 5, 7), 4, "bias"),
+        ("key padding, one batch fully masked", (3, 2, 6, 11, 4, 4), 4, "keypad"),
+    ]
+
+
+def mask_for(kind, B, NQ, NKV, rng, work):
+    """(attn-lab --mask argument or None, additive mask [B, 1, NQ, NKV] for torch)."""
+    add = np.zeros((B, 1, NQ, NKV))
+    if kind == "none":
+        return None, add
+    if kind == "causal":
+        allowed = np.tril(np.ones((NQ, NKV), dtype=bool), k=NKV - NQ)
+        return "causal", np.where(allowed, 0.0, -np.inf) + add
+    if kind == "bool":
+        allowed = rng.random((NQ, NKV)) < 0.6
+        allowed[:, 0] = True
+        save(os.path.join(work, "allowed.npy"), allowed)
+        return "bool:allowed.npy", np.where(allowed, 0.0, -np.inf) + add
+    if kind == "bias":
+        bias = rng.normal(size=(NQ, NKV))
+        bias[rng.random((NQ, NKV)) < 0.2] = -np.inf
+        bias[:, 1] = 0.5
+        save(os.path.join(work, "bias.npy"), bias)
+        return "bias:bias.npy", bias + add
+    if kind == "keypad":
+        lengths = np.array([NKV, 0, 3][:B], dtype=np.int64)
+        save(os.path.join(work, "lengths.npy"), lengths)
+        for b in range(B):
+            add[b, :, :, lengths[b]:] = -np.inf
+        return "keypad:lengths.npy", add
+    raise ValueError(kind)
+
+
+def check_attend():
+    rng = np.random.default_rng(SEED)
+    for name, (B, H, NQ, NKV, DK, DV), rank, kind in attend_cases(rng):
+        for precision, info in PRECISIONS.items():
+            u_s = info["unit_roundoff"]
+            u_acc = PRECISIONS[info["default_accumulate"]]["unit_roundoff"]
+            with tempfile.TemporaryDirectory() as work:
+                q = representable(rng.normal(size=(B, H, NQ, DK)), precision)
+                k = representable(rng.normal(size=(B, H, NKV, DK)), precision)
+                v = representable(rng.normal(size=(B, H, NKV, DV)), precision)
+                lead = (B, H)[4 - rank:] if rank < 4 else (B, H)
+                for nm, t in (("q", q), ("k", k), ("v", v)):
+                    save(os.path.join(work, nm + ".npy"), t.reshape(t.shape[4 - rank:]) if rank < 4 else t)
+                if rank < 4 and (B, H)[: 4 - rank] != (1,) * (4 - rank):
+                    raise ValueError("a lower-rank case needs unit leading dimensions")
+                mask_arg, add = mask_for(kind, B, NQ, NKV, rng, work)
+                scale = 1 / np.sqrt(DK)
+                tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+                torch64 = (torch.softmax(tq @ tk.transpose(-1, -2) * scale + torch.from_numpy(add), dim=-1) @ tv).numpy()
+                truth = attention_ld(q, k, v, scale, add).astype(np.float64)
+                dead = ~np.isfinite(add).any(axis=-1)  # [B, 1, NQ]: fully masked rows
+                dead = np.broadcast_to(dead[..., None], (B, H, NQ, DV))
+                valid = ~dead
+                zero = np.zeros_like
+                b_torch = attention_bound(q, k, v, scale, add, zero(q), zero(k), zero(v), U64, 0.0)
+                b_ours = attention_bound(q, k, v, scale, add, zero(q), zero(k), zero(v), u_acc, u_s)
+                outs = {}
+                for backend in BACKENDS:
+                    args = ["attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--backend", backend,
+                            "--precision", precision, "--out", "o.npy", "--force"]
+                    if mask_arg:
+                        args += ["--mask", mask_arg]
+                    run(args, work)
+                    o = np.load(os.path.join(work, "o.npy"))
+                    record(o.ndim == rank, f"attend {name} {backend} {precision}: output rank {o.ndim}, inputs {rank}")
+                    outs[backend] = o.reshape(B, H, NQ, DV)
+                if dead.any():
+                    record(bool(np.isnan(torch64[dead]).all()), f"attend {name}: torch no longer NaN on masked rows")
+                    for backend, o in outs.items():
+                        record(bool((o[dead] == 0).all()), f"attend {name} {backend} {precision}: masked row not 0")
+                naive_err = float(np.max(abs(outs["naive"][valid] - truth[valid])))
+                torch_err = float(np.max(abs(torch64[valid] - truth[valid])))
+                for backend, o in outs.items():
+                    baseline = torch_err if backend == "naive" and precision == "fp64" else naive_err
+                    if backend == "naive" and precision != "fp64":
+                        baseline = float(np.max(b_ours[valid]))  # no same-precision baseline of its own
+                    verdicts(f"attend {name} {backend} {precision}", o, torch64, truth, b_ours, b_torch, baseline,
+                             u_s, valid)
+                ATTEND_LOG.append((name, precision, naive_err, torch_err))
+
+
+# --- layer ----------------------------------------------------------------------
+
+def layer_cases():
+    """(name, B, L, S, E, heads, kdim, bias, causal)."""
+    return [
+        ("self, 1 head, biases", 2, 9, 9, 16, 1, None, True, False),
+        ("self, 4 heads, no biases, causal", 1, 12, 12, 16, 4, None, False, True),
+        ("self, 8 heads, rank 2 input", 1, 10, 10, 32, 8, None, True, False),
+        ("cross, kdim = vdim = 12 != 16, 2 heads, biases", 2, 7, 13, 16, 2, 12, True, False),
+        ("cross, kdim = vdim = 6, 4 heads, no biases", 1, 5, 9, 16, 4, 6, False, False),
+    ]
+
+
+def mha_ld(x, kv, sd, heads, causal):
+    """nn.MultiheadAttention's forward in long double from the state_dict."""
+    E = x.shape[-1]
+    if "in_proj_weight" in sd:
+        wq, wk, wv = np.split(sd["in_proj_weight"], 3)
+    else:
+        wq, wk, wv = sd["q_proj_weight"], sd["k_proj_weight"], sd["v_proj_weight"]
+    bq, bk, bv = np.split(sd["in_proj_bias"], 3) if "in_proj_bias" in sd else (np.zeros(E),) * 3
+    lin = lambda a, w, b: a.astype(LD) @ w.T.astype(LD) + b.astype(LD)
+    q, k, v = lin(x, wq, bq), lin(kv, wk, bk), lin(kv, wv, bv)
+    B, L, S, d = x.shape[0], x.shape[1], kv.shape[1], E // heads
+    split = lambda t, n: np.swapaxes(t.reshape(B, n, heads, d), 1, 2)
+    add = np.zeros((L, S)) if not causal else np.where(np.tril(np.ones((L, S), dtype=bool), k=S - L), 0.0, -np.inf)
+    o = attention_ld(split(q, L), split(k, S), split(v, S), 1 / np.sqrt(d), add)
+    o = np.swapaxes(o, 1, 2).reshape(B, L, E)
+    bo = sd.get("out_proj.bias", np.zeros(E))
+    return lin(o, sd["out_proj.weight"], bo).astype(np.float64), (q, k, v, add, d)
+
+
+def layer_bound(x, kv, sd, heads, causal, u_s, u_acc):
+    """The worst-case bound carried through the layer: projections in fp64
+    (gamma_{in+1}(u64) (|x||W|^T + |b|)), the core's inputs rounded to
+    storage (u_s |q|), the core (attention_bound), the output projection."""
+    E = x.shape[-1]
+    if "in_proj_weight" in sd:
+        wq, wk, wv = np.split(sd["in_proj_weight"], 3)
+    else:
+        wq, wk, wv = sd["q_proj_weight"], sd["k_proj_weight"], sd["v_proj_weight"]
+    bq, bk, bv = np.split(sd["in_proj_bias"], 3) if "in_proj_bias" in sd else (np.zeros(E),) * 3
+    B, L, S, d = x.shape[0], x.shape[1], kv.shape[1], E // heads
+    split = lambda t, n: np.swapaxes(t.reshape(B, n, heads, d), 1, 2)
+    proj = lambda a, w, b: (a @ w.T + b, gamma(a.shape[-1] + 1, U64) * (abs(a) @ abs(w).T + abs(b)))
+    (q, eq), (k, ek), (v, ev) = proj(x, wq, bq), proj(kv, wk, bk), proj(kv, wv, bv)
+    eq, ek, ev = (e + u_s * (abs(t) + e) for e, t in ((eq, q), (ek, k), (ev, v)))
+    add = np.zeros((L, S)) if not causal else np.where(np.tril(np.ones((L, S), dtype=bool), k=S - L), 0.0, -np.inf)
+    qs, ks, vs = split(q, L), split(k, S), split(v, S)
+    eo = attention_bound(qs, ks, vs, 1 / np.sqrt(d), add, split(eq, L), split(ek, S), split(ev, S), u_acc, u_s)
+    with np.errstate(invalid="ignore"):
+        o = attention_ld(qs, ks, vs, 1 / np.sqrt(d), add).astype(np.float64)
+    o, eo = (np.swapaxes(t, 1, 2).reshape(B, L, E) for t in (o, eo))
+    wo = sd["out_proj.weight"]
+    bo = sd.get("out_proj.bias", np.zeros(E))
+    return eo @ abs(wo).T + gamma(E + 1, U64) * (abs(o) @ abs(wo).T + abs(bo))
+
+
+def check_layer():
+    torch.manual_seed(SEED)
+    rng = np.random.default_rng(SEED + 1)
+    for name, B, L, S, E, heads, kdim, bias, causal in layer_cases():
+        mha = torch.nn.MultiheadAttention(E, heads, bias=bias, batch_first=True, kdim=kdim, vdim=kdim).double()
+        sd = {key: t.detach().numpy().copy() for key, t in mha.state_dict().items()}
+        x = rng.normal(size=(B, L, E))
+        kv = rng.normal(size=(B, S, kdim)) if kdim else x
+        rank2 = "rank 2" in name
+        mask = torch.from_numpy(~np.tril(np.ones((L, S), dtype=bool), k=S - L)) if causal else None
+        with torch.no_grad():
+            t_out = mha(torch.from_numpy(x), torch.from_numpy(kv), torch.from_numpy(kv), attn_mask=mask,
+                        need_weights=False)[0].numpy()
+        truth, _ = mha_ld(x, kv, sd, heads, causal)
+        torch_err = float(np.max(abs(t_out - truth)))
+        b_torch = layer_bound(x, kv, sd, heads, causal, 0.0, U64)
+        with tempfile.TemporaryDirectory() as work:
+            os.mkdir(os.path.join(work, "torch_mha"))
+            for key, t in sd.items():
+                save(os.path.join(work, "torch_mha", key + ".npy"), t)
+            save(os.path.join(work, "x.npy"), x[0] if rank2 else x)
+            if kdim:
+                save(os.path.join(work, "kv.npy"), kv)
+            for precision, info in PRECISIONS.items():
+                u_s = info["unit_roundoff"]
+                u_acc = PRECISIONS[info["default_accumulate"]]["unit_roundoff"]
+                b_ours = layer_bound(x, kv, sd, heads, causal, 0.0 if precision == "fp64" else u_s, u_acc)
+                outs = {}
+                for backend in BACKENDS:
+                    args = ["layer", "--x", "x.npy", "--heads", str(heads), "--weights", "torch_mha", "--backend",
+                            backend, "--precision", precision, "--out", "o.npy", "--force"]
+                    args += ["--kv", "kv.npy"] if kdim else []
+                    args += ["--causal"] if causal else []
+                    run(args, work)
+                    outs[backend] = np.load(os.path.join(work, "o.npy")).reshape(B, L, E)
+                naive_err = float(np.max(abs(outs["naive"] - truth)))
+                valid = np.ones_like(truth, dtype=bool)
+                for backend, o in outs.items():
+                    baseline = naive_err
+                    if backend == "naive":
+                        baseline = torch_err if precision == "fp64" else float(np.max(b_ours))
+                    verdicts(f"layer {name} {backend} {precision}", o, t_out, truth, b_ours, b_torch, baseline, u_s,
+                             valid)
+                LAYER_LOG.append((name, precision, naive_err, torch_err))
+
+
+# --- The criteria can fail: each mutation below must be flagged ------------------
+
+def check_power():
+    """Conventions a reimplementation could get wrong, and a perturbation of
+    10x the typical error: each must fail a criterion that passes unmutated."""
+    rng = np.random.default_rng(SEED + 2)
+    B, H, NQ, NKV, D = 1, 2, 12, 12, 8
+    q, k, v = (rng.normal(size=(B, H, n, D)) for n in (NQ, NKV, NKV))
+    allowed = rng.random((NQ, NKV)) < 0.6
+    allowed[:, 0] = True
+    add = np.where(allowed, 0.0, -np.inf)
+    scale = 1 / np.sqrt(D)
+    truth = attention_ld(q, k, v, scale, add).astype(np.float64)
+    zero = np.zeros_like
+    bound = attention_bound(q, k, v, scale, add, zero(q), zero(k), zero(v), U64, 0.0)
+    with tempfile.TemporaryDirectory() as work:
+        for nm, t in (("q", q), ("k", k), ("v", v)):
+            save(os.path.join(work, nm + ".npy"), t)
+        save(os.path.join(work, "allowed.npy"), allowed)
+        save(os.path.join(work, "flipped.npy"), ~allowed)
+
+        def ours(*extra, precision="fp64", backend="naive"):
+            run(["attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--precision", precision, "--backend",
+                 backend, "--out", "o.npy", "--force"] + list(extra), work)
+            return np.load(os.path.join(work, "o.npy"))
+
+        right = ours("--mask", "bool:allowed.npy")
+        record(bool(np.all(abs(right - truth) <= bound)), "power: the unmutated fp64 run fails its bound")
+        mutants = {
+            "mask polarity flipped": ours("--mask", "bool:flipped.npy"),
+            "scale 1 instead of 1/sqrt(d)": ours("--mask", "bool:allowed.npy", "--scale", "1"),
+            "K and Q swapped": None,
+        }
+        save(os.path.join(work, "q.npy"), k)
+        save(os.path.join(work, "k.npy"), q)
+        mutants["K and Q swapped"] = ours("--mask", "bool:allowed.npy")
+        for what, o in mutants.items():
+            record(bool(np.any(abs(o - truth) > bound)), f"power: '{what}' passes the worst-case bound")
+        save(os.path.join(work, "q.npy"), q)
+        save(os.path.join(work, "k.npy"), k)
+        # The 2x rule: a streaming fp32 result moved by k times naive's error.
+        fq, fk, fv = (representable(t, "fp32") for t in (q, k, v))
+        for nm, t in (("q", fq), ("k", fk), ("v", fv)):
+            save(os.path.join(work, nm + ".npy"), t)
+        T = attention_ld(fq, fk, fv, scale, add).astype(np.float64)
+        naive_err = float(np.max(abs(ours("--mask", "bool:allowed.npy", precision="fp32") - T)))
+        stream = ours("--mask", "bool:allowed.npy", precision="fp32", backend="streaming")
+        floor = 2.0 ** -24 * float(np.max(abs(T)))
+        sign = np.where(rng.random(T.shape) < 0.5, -1.0, 1.0)
+        for factor, flagged in ((1, False), (10, True)):
+            moved = T + factor * naive_err * sign
+            err = float(np.max(abs(moved - T)))
+            record((err > 2 * naive_err + floor) == flagged,
+                   f"power: an error of {factor}x naive's is {'not ' if flagged else ''}flagged by the 2x rule")
+        record(float(np.max(abs(stream - T))) <= 2 * naive_err + floor, "power: unperturbed streaming fails the 2x rule")
+    # The layer: transposed projection weights must be caught.
+    torch.manual_seed(SEED)
+    mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).double()
+    sd = {key: t.detach().numpy().copy() for key, t in mha.state_dict().items()}
+    x = rng.normal(size=(1, 6, 16))
+    truth, _ = mha_ld(x, x, sd, 4, False)
+    bound = layer_bound(x, x, sd, 4, False, 0.0, U64)
+    with tempfile.TemporaryDirectory() as work:
+        os.mkdir(os.path.join(work, "w"))
+        for key, t in sd.items():
+            save(os.path.join(work, "w", key + ".npy"), t.T if key == "out_proj.weight" else t)
+        save(os.path.join(work, "x.npy"), x)
+        run(["layer", "--x", "x.npy", "--heads", "4", "--weights", "w", "--backend", "naive", "--precision", "fp64",
+             "--out", "o.npy"], work)
+        o = np.load(os.path.join(work, "o.npy"))
+        record(bool(np.any(abs(o - truth) > bound)), "power: a transposed out_proj.weight passes the layer bound")
+
+
+ATTEND_LOG, LAYER_LOG, HEADROOM = [], [], {}
+print(f"torch {torch.__version__}, numpy {np.__version__}, seed {SEED}, backends {BACKENDS}, "
+      f"precisions {list(PRECISIONS)}")
+check_attend()
+check_layer()
+check_power()
+print("largest errors against the long-double truth (naive attn-lab / torch float64):")
+for kind, log in (("attend", ATTEND_LOG), ("layer", LAYER_LOG)):
+    for precision in PRECISIONS:
+        rows = [r for r in log if r[1] == precision]
+        print(f"  {kind:6s} {precision}: naive {max(r[2] for r in rows):.3g}, torch64 {max(r[3] for r in rows):.3g}"
+              f" over {len(rows)} cases")
+print("largest error / allowed of the 2x rule: " + ", ".join(f"{p} {r:.2f}" for p, r in HEADROOM.items()))
+print(f"{checks} checks, {len(failures)} failed")
+sys.exit(1 if failures else 0)
