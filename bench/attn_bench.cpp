@@ -1,19 +1,22 @@
-// attn-bench: Google Benchmark families over backend x precision x n x d x
-// mask x threads, registered from the compile-time registry. Names are
-// stable (tools join on them; never rename one):
+// attn-bench: Google Benchmark over backend x precision x n x d x mask x
+// threads, registered from the registry's tables through a table of series
+// (one row each: its family name, which backends by trait, which precisions
+// and points per profile). Names are stable (tools join on them; never
+// rename one):
 //   attn/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>
 //   attn/<backend>/<precision>/causal:<0|1>/threads:<t>/n_q:<n_q>/n_kv:<n_kv>/d:<d>
 //   attn_cold/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>   (allocation and first touch included)
 //   attn_h8/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>  (B = 1, H = 8: the performance targets)
-// Every other family runs B = H = 1. threads:<t> is the streaming backend's
-// own worker count and OpenBLAS's thread count for the BLAS backends.
+// Every other family runs B = H = 1. threads:<t> is the worker count of a
+// backend with its own threads and OpenBLAS's thread count for the BLAS backends.
 // Counters: FLOP/s (4 B H n_q n_kv d, halved for causal), bytes of Q/K/V/O
 // per second, the model's workspace bytes, the measured peak heap of one
-// cold call, and the error against the reference (50 digits where
-// affordable, else blocked in fp64: error_ref_digits 50 or 16).
-// Each benchmark validates its output against the derived bound before
-// timing and skips with an error on a mismatch; a size whose workspace and
-// tensors exceed the memory cap is skipped with the bytes it would need.
+// cold call, and the error against the ground truth of verify() (50 digits
+// where affordable, else fp64 by its own GEMM algorithm: error_ref_digits 50
+// or 16, the truth's own bound in the tolerance).
+// Each benchmark verifies its output before timing and skips with an error
+// on a mismatch; a size whose workspace and tensors exceed the memory cap is
+// skipped with the bytes it would need.
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 
@@ -21,15 +24,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "attn/alloc_counter.hpp"
-#include "attn/machine.hpp"
-#include "attn/metrics.hpp"
 #include "attn/random.hpp"
-#include "attn/registry.hpp"
+#include "attn/verify.hpp"
 
 namespace attn::bench {
 namespace {
@@ -43,8 +46,8 @@ struct Profile {
   bool all_precisions_everywhere;           // else fp32 everywhere, others at n_other only
   std::size_t n_other = 1024, d_other = 64;  // where the non-fp32 precisions run in a reduced profile
   std::size_t thread_n = 4096;              // where threads:2 runs in a reduced profile
-  // Streaming only, fp32, d_other: the n series of its peak-heap counter.
-  std::vector<std::size_t> streaming_memory_n = {};
+  // Backends with memory independent of n, fp32, d_other: the n series of their peak-heap counter.
+  std::vector<std::size_t> memory_n = {};
   // attn_h8: B = 1, H = 8 at this n (0: none), d in d.
   std::size_t h8_n = 0;
 };
@@ -55,7 +58,7 @@ Profile profile(const std::string& name) {
             {false, true}, true, 1024, 64, 4096, {}, 4096};
   if (name == "quick") {
     Profile p{{1024, 4096}, {64, 128}, {4096, 65536}, {256, 512, 2048}, {32, 256}, {false, true}, false};
-    p.streaming_memory_n = {8192, 16384};
+    p.memory_n = {8192, 16384};
     p.h8_n = 4096;
     return p;
   }
@@ -71,14 +74,108 @@ Profile profile(const std::string& name) {
   std::exit(2);
 }
 
-// The 50-digit reference (about 1 us per multiply-add) is affordable while
-// backends::reference_cost stays under this; beyond, the compensated one.
-constexpr double reference_budget = 4e6;
-using backends::reference_cost;
+// One benchmark point: the shape, mask, thread count and name form.
+struct Point {
+  Shape shape;
+  bool causal = false;
+  int threads = 1;
+  bool cross = false;  // named by n_q and n_kv
+};
 
-template <class S>
-std::size_t tensor_bytes(const Shape& s) {
-  return (s.batch * s.heads) * (s.n_q * s.d_k + s.n_kv * s.d_k + s.n_kv * s.d_v + s.n_q * s.d_v) * sizeof(S);
+bool is_fp32(const PrecisionInfo& p) { return p.name == "fp32"; }
+// The reduced profiles run other precisions at one size only.
+bool everywhere(const Profile& prof, const PrecisionInfo& p) { return prof.all_precisions_everywhere || is_fp32(p); }
+Shape square(std::size_t n, std::size_t d, std::size_t heads = 1) { return {1, heads, n, n, d, d}; }
+
+// A series of benchmarks: one row of the table below.
+struct Series {
+  std::string_view family;  // the first part of every name
+  std::string_view what;    // for the reader of this table
+  bool cold = false;        // allocation and first touch inside the timing, on purpose
+  std::function<bool(const BackendTraits&)> backends;
+  std::function<std::vector<Point>(const Profile&, const PrecisionInfo&, const BackendTraits&)> points;
+};
+
+const std::vector<Series>& series() {
+  static const std::vector<Series> table = {
+      {"attn", "the grid: n x d x mask, fp32 everywhere, other precisions at (n_other, d_other) in reduced profiles",
+       false, [](const BackendTraits&) { return true; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         std::vector<Point> pts;
+         for (std::size_t n : prof.n)
+           for (std::size_t d : prof.d) {
+             if (!everywhere(prof, p) && (n != prof.n_other || d != prof.d_other)) continue;
+             for (bool causal : prof.causal)
+               if (!causal || prof.all_precisions_everywhere || d == prof.d_other) pts.push_back({square(n, d), causal});
+           }
+         return pts;
+       }},
+      {"attn", "two threads, at thread_n and d_other (fp32 in reduced profiles)", false,
+       [](const BackendTraits& t) { return t.uses_blas || t.own_threads; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         std::vector<Point> pts;
+         for (std::size_t n : prof.n)
+           for (std::size_t d : prof.d)
+             for (bool causal : prof.causal) {
+               const bool reduced_point = is_fp32(p) && n == prof.thread_n && d == prof.d_other;
+               if (prof.all_precisions_everywhere || reduced_point) pts.push_back({square(n, d), causal, 2});
+             }
+         return pts;
+       }},
+      {"attn", "the memory series: n beyond the grid for backends whose memory is independent of n", false,
+       [](const BackendTraits& t) { return t.memory_independent_of_n; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         std::vector<Point> pts;
+         if (is_fp32(p))
+           for (std::size_t n : prof.memory_n) pts.push_back({square(n, prof.d_other)});
+         return pts;
+       }},
+      {"attn", "the scaling report's extra n (at d_other) and d (at n_other), fp32", false,
+       [](const BackendTraits&) { return true; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         std::vector<Point> pts;
+         if (!is_fp32(p)) return pts;
+         for (std::size_t n : prof.scaling_n) pts.push_back({square(n, prof.d_other)});
+         for (std::size_t d : prof.scaling_d) pts.push_back({square(prof.n_other, d)});
+         return pts;
+       }},
+      {"attn", "cross-attention: 64 queries over n_kv keys", false, [](const BackendTraits&) { return true; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         std::vector<Point> pts;
+         if (everywhere(prof, p))
+           for (std::size_t n_kv : prof.cross_n_kv)
+             pts.push_back({{1, 1, 64, n_kv, prof.d_other, prof.d_other}, false, 1, true});
+         return pts;
+       }},
+      {"attn_cold", "one cold call: the workspace allocated and first touched inside the timing", true,
+       [](const BackendTraits&) { return true; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         const std::size_t n = std::min<std::size_t>(prof.n.back(), 4096);
+         return everywhere(prof, p) ? std::vector<Point>{{square(n, prof.d_other)}} : std::vector<Point>{};
+       }},
+      {"attn_h8",
+       "the performance targets, B = 1, H = 8: every backend but the baseline and the exact one in fp32; the fused "
+       "ones (own threads) also causal, on two threads, and in the narrow precisions",
+       false, [](const BackendTraits& t) { return !t.baseline && !t.exact; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
+         std::vector<Point> pts;
+         if (!prof.h8_n) return pts;
+         const bool narrow = p.unit_roundoff > 0x1p-24;
+         for (std::size_t d : prof.d) {
+           const Shape s8 = square(prof.h8_n, d, 8);
+           if (is_fp32(p)) pts.push_back({s8});
+           if (is_fp32(p) && t.own_threads)
+             for (auto [causal, threads] : {std::pair{true, 1}, {false, 2}, {true, 2}}) pts.push_back({s8, causal, threads});
+           if (narrow && t.own_threads) pts.push_back({s8});
+         }
+         return pts;
+       }},
+  };
+  return table;
+}
+
+std::size_t tensor_bytes(const Shape& s, const PrecisionInfo& p) {
+  return (s.batch * s.heads) * (s.n_q * s.d_k + s.n_kv * s.d_k + s.n_kv * s.d_v + s.n_q * s.d_v) * p.bytes;
 }
 
 std::string cap_message(std::size_t need, std::size_t cap) {
@@ -90,184 +187,121 @@ std::size_t memory_cap = 0;
 
 // What a benchmark needs before its timed loop, prepared once: Google
 // Benchmark calls the function several times (to pick the iteration count),
-// and the validation against the reference costs more than the timing.
-template <class S>
+// and the verification costs more than the timing.
 struct Prepared {
   std::string skip;  // non-empty: why this benchmark cannot run
-  Inputs<S> in;
-  Options opt;
+  std::unique_ptr<PreparedCall> call;
   std::size_t model = 0, peak = 0;
   double err = 0, bound = 0;
   bool exact_ref = false;
 };
 
 // One slot: the runs of a benchmark are consecutive, so only the current one is kept.
-struct Slot {
-  std::string key;
-  std::shared_ptr<void> data;
-};
-Slot slot;
+std::string slot_key;
+std::unique_ptr<Prepared> slot;
 
-template <class B, class S>
-const Prepared<S>& prepare(const std::string& key, const Shape& shape, bool causal, int threads) {
-  if (slot.key == key) return *static_cast<const Prepared<S>*>(slot.data.get());
-  slot = {};
-  auto p = std::make_shared<Prepared<S>>();
-  constexpr Accumulate P = default_accumulate<S>;
-  if (causal) p->opt.mask = mask::Causal{};
-  p->opt.threads = static_cast<std::size_t>(threads);
-  set_blas_threads(threads);
-  p->model = B::template workspace_bytes<S, P>(shape, p->opt);
-  const std::size_t need = p->model + 2 * tensor_bytes<S>(shape);
-  if (need > memory_cap) p->skip = cap_message(need, memory_cap);
-  if constexpr (requires { B::exact; })
-    if (reference_cost(shape) > reference_budget) p->skip = "the 50-digit reference is not affordable at this size";
-  if (p->skip.empty()) {
+const Prepared& prepare(const std::string& key, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
+  if (slot_key == key) return *slot;
+  slot.reset();  // the previous benchmark's tensors go first
+  auto prep = std::make_unique<Prepared>();
+  const Accumulate acc = p.default_accumulate;
+  Options opt;
+  if (pt.causal) opt.mask = mask::Causal{};
+  opt.threads = static_cast<std::size_t>(pt.threads);
+  set_blas_threads(pt.threads);
+  prep->model = b.workspace_bytes(p, acc, pt.shape, opt);
+  const std::size_t need = prep->model + 2 * tensor_bytes(pt.shape, p);
+  if (need > memory_cap) prep->skip = cap_message(need, memory_cap);
+  if (b.traits.exact && backends::reference_cost(pt.shape) > backends::reference_budget)
+    prep->skip = "the 50-digit reference is not affordable at this size";
+  if (prep->skip.empty()) {
     // Inputs: random (never zeros), fixed seed, rounded to storage, touched here.
-    p->in = convert_inputs<S>(random_inputs(shape, /*seed=*/42));
-    const Inputs<double> seen = convert_inputs<double>(p->in);
-    validate(p->in, p->opt);
-    // One cold call with the heap watched: its high-water mark is the peak.
-    Workspace ws;
+    const Inputs<double> in = random_inputs(pt.shape, /*seed=*/42);
+    // One cold call with the heap watched: its high-water mark is the peak;
+    // its output verified against the ground truth.
     heap::Watch watch;
-    const Result<S> r = B::template run<S, P>(p->in, p->opt, ws);
-    p->peak = watch.peak_growth();
-    // Its output against the reference, within the derived bound.
-    // The truth: 50 digits where affordable; beyond, the blocked backend in
-    // fp64 (GEMM speed; the compensated reference would take tens of
-    // seconds at n = 4096), whose own derived bound is added to the tolerance.
-    p->exact_ref = reference_cost(shape) <= reference_budget;
-    const Result<double> truth = p->exact_ref ? backends::reference_attention(seen, p->opt)
-                                              : backends::Blocked::run<double, Accumulate::fp64>(seen, p->opt, ws);
-    p->err = compare(convert_tensor<double>(r.out), truth.out, precision_traits<S>::unit_roundoff).max_abs;
-    p->bound = error_bound(seen, p->opt, accumulation_unit_roundoff<B, S, P>(), precision_traits<S>::unit_roundoff).out;
-    const double tolerance = p->bound + (p->exact_ref ? 0 : error_bound(seen, p->opt, 0x1p-53, 0x1p-53).out);
-    if (!(p->err <= tolerance))
-      p->skip = "output error " + std::to_string(p->err) + " exceeds the derived bound " + std::to_string(tolerance);
+    const RunReport r = b.run(p.name, acc, in, opt, {[&] { watch = heap::Watch{}; }, [&] { prep->peak = watch.peak_growth(); }});
+    const Check c = verify(r, opt);
+    prep->exact_ref = c.truth == TruthKind::digits50;
+    prep->err = c.out.max_abs;
+    prep->bound = c.bound.out;
+    if (!c.within)
+      prep->skip = "output error " + std::to_string(c.out.max_abs) + " exceeds the derived bound " +
+                   std::to_string(c.tolerance_out) + " (truth " + std::string(truth_name(c.truth)) + ")";
+    else
+      prep->call = b.prepare(p, acc, r.rounded_inputs, opt);
   }
-  slot = {key, p};
-  return *p;
+  slot_key = key;
+  slot = std::move(prep);
+  return *slot;
 }
 
-template <class B, class S>
-void run_benchmark(benchmark::State& state, const std::string& key, Shape shape, bool causal, int threads,
-                   bool cold) {
-  constexpr Accumulate P = default_accumulate<S>;
-  const Prepared<S>& p = prepare<B, S>(key, shape, causal, threads);
-  if (!p.skip.empty()) return state.SkipWithError(p.skip.c_str());
-  set_blas_threads(threads);
+void run_benchmark(benchmark::State& state, const std::string& key, const BackendInfo& b, const PrecisionInfo& p,
+                   const Point& pt, bool cold) {
+  const Prepared& prep = prepare(key, b, p, pt);
+  if (!prep.skip.empty()) return state.SkipWithError(prep.skip.c_str());
+  set_blas_threads(pt.threads);
 
   // Rates come from the wall time of the calls themselves (OpenBLAS threads
   // would make CPU time misleading); measured here rather than with
   // UseRealTime(), which would append "/real_time" to the stable names.
-  Workspace ws;
-  Result<S> r = B::template run<S, P>(p.in, p.opt, ws);  // warm: workspace and output touched
+  PreparedCall& call = *prep.call;
+  call.call();  // warm: workspace and output touched
   double wall = 0;
   for (auto _ : state) {
     if (cold) {
       state.PauseTiming();
-      ws = Workspace{};
+      call.release_workspace();
       malloc_trim(0);  // give freed pages back, so the call touches fresh memory
       state.ResumeTiming();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    r = B::template run<S, P>(p.in, p.opt, ws);
-    benchmark::DoNotOptimize(r.out.data());
+    call.call();
     benchmark::ClobberMemory();
     wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  for (const S& x : r.out)
-    if (!std::isfinite(static_cast<double>(x))) return state.SkipWithError("NaN or Inf in the output after timing");
+  if (!call.out_finite()) return state.SkipWithError("NaN or Inf in the output after timing");
 
+  const Shape& shape = pt.shape;
   const double calls = double(state.iterations());
   state.counters["seconds_per_call"] = wall / calls;
-  state.counters["FLOP/s"] = flops(shape, causal) * calls / wall;
-  state.counters["qkvo_bytes/s"] = double(tensor_bytes<S>(shape)) * calls / wall;
-  state.counters["workspace_model_bytes"] = double(p.model);
-  state.counters["peak_heap_bytes"] = double(p.peak);
+  state.counters["FLOP/s"] = flops(shape, pt.causal) * calls / wall;
+  state.counters["qkvo_bytes/s"] = double(tensor_bytes(shape, p)) * calls / wall;
+  state.counters["workspace_model_bytes"] = double(prep.model);
+  state.counters["peak_heap_bytes"] = double(prep.peak);
   // The same less the output tensor the call returns: the backend's own extra memory.
-  const double out_bytes = double(shape.batch * shape.heads * shape.n_q * shape.d_v * sizeof(S));
-  state.counters["peak_extra_heap_bytes"] = std::max(0.0, double(p.peak) - out_bytes);
-  state.counters["max_abs_error"] = p.err;
-  state.counters["error_bound"] = p.bound;
-  state.counters["error_ref_digits"] = p.exact_ref ? 50 : 16;
-  state.counters["blas_threads"] = threads;
+  const double out_bytes = double(shape.batch * shape.heads * shape.n_q * shape.d_v * p.bytes);
+  state.counters["peak_extra_heap_bytes"] = std::max(0.0, double(prep.peak) - out_bytes);
+  state.counters["max_abs_error"] = prep.err;
+  state.counters["error_bound"] = prep.bound;
+  state.counters["error_ref_digits"] = prep.exact_ref ? 50 : 16;
+  state.counters["blas_threads"] = pt.threads;
 }
 
-std::string name_of(std::string_view family, std::string_view backend, std::string_view precision, bool causal,
-                    int threads, const Shape& s, bool cross) {
+std::string name_of(std::string_view family, std::string_view backend, std::string_view precision, const Point& pt) {
+  const Shape& s = pt.shape;
   std::string name = std::string(family) + "/" + std::string(backend) + "/" + std::string(precision) +
-                     "/causal:" + (causal ? "1" : "0") + "/threads:" + std::to_string(threads) + "/";
-  if (cross) name += "n_q:" + std::to_string(s.n_q) + "/n_kv:" + std::to_string(s.n_kv);
+                     "/causal:" + (pt.causal ? "1" : "0") + "/threads:" + std::to_string(pt.threads) + "/";
+  if (pt.cross) name += "n_q:" + std::to_string(s.n_q) + "/n_kv:" + std::to_string(s.n_kv);
   else name += "n:" + std::to_string(s.n_q);
   return name + "/d:" + std::to_string(s.d_k);
 }
 
-template <class B, class S>
-void add(const Profile&, std::string_view family, const Shape& s, bool causal, int threads, bool cross,
-         bool cold) {
-  const std::string name =
-      name_of(family, B::name, precision_traits<S>::name, causal, threads, s, cross);
-  auto* b = benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& st) {
-    run_benchmark<B, S>(st, name, s, causal, threads, cold);
-  });
-  b->Unit(benchmark::kMillisecond);
-}
-
 void register_all(const Profile& prof) {
-  for_each_backend([&](auto bt) {
-    using B = typename decltype(bt)::type;
-    for_each_storage([&](auto st) {
-      using S = typename decltype(st)::type;
-      const bool fp32 = std::is_same_v<S, float>;
-      for (std::size_t n : prof.n)
-        for (std::size_t d : prof.d) {
-          if (!fp32 && !prof.all_precisions_everywhere && (n != prof.n_other || d != prof.d_other)) continue;
-          for (bool causal : prof.causal) {
-            // Reduced profiles: causal and threads:2 at d_other only.
-            if (causal && !prof.all_precisions_everywhere && d != prof.d_other) continue;
-            add<B, S>(prof, "attn", {1, 1, n, n, d, d}, causal, 1, false, false);
-            if constexpr (requires { B::uses_blas; })
-              if (prof.all_precisions_everywhere || (fp32 && n == prof.thread_n && d == prof.d_other))
-                add<B, S>(prof, "attn", {1, 1, n, n, d, d}, causal, 2, false, false);
-          }
-        }
-      if constexpr (std::is_same_v<B, backends::Streaming>) {
-        if (fp32)
-          for (std::size_t n : prof.streaming_memory_n)
-            add<B, S>(prof, "attn", {1, 1, n, n, prof.d_other, prof.d_other}, false, 1, false, false);
-      }
-      // The performance targets at B = 1, H = 8: the GEMM backends and streaming in fp32
-      // (streaming also causal and on 2 threads), streaming in bf16 and fp16.
-      if (prof.h8_n && !std::is_same_v<B, backends::Naive> && !requires { B::exact; }) {
-        constexpr bool streaming = std::is_same_v<B, backends::Streaming>;
-        for (std::size_t d : prof.d) {
-          const Shape s8{1, 8, prof.h8_n, prof.h8_n, d, d};
-          if (fp32) add<B, S>(prof, "attn_h8", s8, false, 1, false, false);
-          if (fp32 && streaming) {
-            add<B, S>(prof, "attn_h8", s8, true, 1, false, false);
-            add<B, S>(prof, "attn_h8", s8, false, 2, false, false);
-            add<B, S>(prof, "attn_h8", s8, true, 2, false, false);
-          }
-          if (streaming && (std::is_same_v<S, bf16> || std::is_same_v<S, fp16>))
-            add<B, S>(prof, "attn_h8", s8, false, 1, false, false);
+  std::set<std::string> names;
+  for (const BackendInfo& b : all_backends())
+    for (const PrecisionInfo& p : precisions())
+      for (const Series& s : series()) {
+        if (!s.backends(b.traits)) continue;
+        for (const Point& pt : s.points(prof, p, b.traits)) {
+          const std::string name = name_of(s.family, b.name, p.name, pt);
+          if (!names.insert(name).second) continue;  // two series may share a point
+          const bool cold = s.cold;
+          benchmark::RegisterBenchmark(name.c_str(), [name, &b, &p, pt, cold](benchmark::State& st) {
+            run_benchmark(st, name, b, p, pt, cold);
+          })->Unit(benchmark::kMillisecond);
         }
       }
-      if (fp32) {
-        for (std::size_t n : prof.scaling_n)
-          add<B, S>(prof, "attn", {1, 1, n, n, prof.d_other, prof.d_other}, false, 1, false, false);
-        for (std::size_t d : prof.scaling_d)
-          add<B, S>(prof, "attn", {1, 1, prof.n_other, prof.n_other, d, d}, false, 1, false, false);
-      }
-      if (!fp32 && !prof.all_precisions_everywhere) return;
-      for (std::size_t n_kv : prof.cross_n_kv)
-        add<B, S>(prof, "attn", {1, 1, 64, n_kv, prof.d_other, prof.d_other}, false, 1, true, false);
-      // The cold call, on purpose: allocation and first touch of the workspace included.
-      add<B, S>(prof, "attn_cold", {1, 1, prof.n.back() >= 4096 ? 4096 : prof.n.back(),
-                                    prof.n.back() >= 4096 ? 4096 : prof.n.back(), prof.d_other, prof.d_other},
-                false, 1, false, true);
-    });
-  });
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 // blocked and streaming backends across block sizes that do and do not
 // divide n, including blocks larger than n.
 //
-// The bound is the worst-case forward error bound of metrics.hpp for the
-// backend's accumulation and storage unit roundoff and this problem: an error
-// above it is a bug, not bad luck. Where that bound is no better than the
+// Every check is verify(): the worst-case forward error bound of metrics.hpp
+// for the backend's accumulation and storage unit roundoff and this problem
+// (output, logsumexp, weights, row sums): an error above it is a bug, not bad luck. Where that bound is no better than the
 // trivial one (|dO| <= 2 max|V|: long rows accumulated in bf16), the check
 // could not fail, so it is counted as uninformative and not claimed; the
 // test requires every configuration to meet at least one informative check.
@@ -16,6 +16,7 @@
 
 #include "attn/random.hpp"
 #include "attn/registry.hpp"
+#include "attn/verify.hpp"
 
 namespace attn {
 namespace {
@@ -66,28 +67,21 @@ struct Tally {
   std::size_t informative = 0, uninformative = 0;
 };
 
-// Checks one result against the reference; returns whether the output bound was informative.
-template <class B, class S>
-bool check_against_reference(const Result<S>& r, const Result<double>& ref, const ErrorBound& bound,
-                             const Inputs<double>& seen, const std::string& what) {
-  double max_v = 0;
-  for (double x : seen.v) max_v = std::max(max_v, std::fabs(x));
-  const auto out = convert_tensor<double>(r.out);
-  const ErrorStats e = compare(out, ref.out, precision_traits<S>::unit_roundoff);
-  EXPECT_TRUE(e.all_finite_where_ref_finite) << what << ": non-finite output";
-  EXPECT_LE(e.max_abs, bound.out) << what << ": output error above the derived bound";
+// verify() of one result, each failed part reported; returns whether the output check was informative.
+bool expect_verified(const RunReport& r, const Options& opt, const GroundTruth& truth, const std::string& what) {
+  const Check c = verify(r, opt, truth);
+  EXPECT_TRUE(c.out.all_finite_where_ref_finite) << what << ": non-finite output";
+  EXPECT_LE(c.out.max_abs, c.tolerance_out) << what << ": output error above the derived bound";
   if (r.lse) {
-    const ErrorStats l = compare(*r.lse, *ref.lse, 0x1p-53);
-    EXPECT_TRUE(l.all_finite_where_ref_finite) << what;
-    EXPECT_LE(l.max_abs, bound.lse) << what << ": logsumexp error above the derived bound";
+    EXPECT_LE(c.lse.max_abs, c.tolerance_lse) << what << ": logsumexp error above the derived bound";
   }
   if (r.weights) {
-    const ErrorStats w = compare(*r.weights, *ref.weights, 0x1p-53);
-    EXPECT_LE(w.max_abs, weights_bound<B>(bound))
-        << what << (requires { B::weights_from_lse; } ? ": weights rebuilt from lse" : ": weights")
-        << " above the derived bound";
+    EXPECT_LE(c.weights.max_abs, c.tolerance_weights)
+        << what << (r.traits.weights_from_lse ? ": weights rebuilt from lse" : ": weights") << " above the derived bound";
+    EXPECT_LE(c.row_sum_error, c.tolerance_row_sum) << what << ": row sums";
   }
-  return bound.out < max_v;
+  EXPECT_TRUE(c.within) << what;
+  return c.informative;
 }
 
 TEST(Agreement, EveryBackendMatchesTheReferenceWithinItsDerivedBound) {
@@ -99,35 +93,27 @@ TEST(Agreement, EveryBackendMatchesTheReferenceWithinItsDerivedBound) {
     Options opt;
     opt.mask = p.mask;
     opt.need_weights = opt.need_lse = true;
-    for_each_storage([&](auto st) {
-      using S = typename decltype(st)::type;
-      if (p.wide_formats_only && !is_native_float<S>) return;
-      const Inputs<S> rounded = convert_inputs<S>(in);
-      const Inputs<double> seen = convert_inputs<double>(rounded);
-      const Result<double> ref = backends::reference_attention(seen, opt);
-      for_each_backend([&](auto bt) {
-        using B = typename decltype(bt)::type;
-        for_each_accumulate([&]<Accumulate P>() {
-          const std::string what = p.name + " / " + std::string(B::name) + " " +
-                                   std::string(precision_traits<S>::name) + " accumulate " +
-                                   std::string(accumulate_name(P));
-          const Result<S> r = run_checked<B, S, P>(rounded, opt);
-          const ErrorBound bound =
-              error_bound(seen, opt, accumulation_unit_roundoff<B, S, P>(), precision_traits<S>::unit_roundoff);
-          Tally& t = tally[std::string(B::name) + " " + std::string(precision_traits<S>::name) + " " +
-                           std::string(accumulate_name(P))];
-          (check_against_reference<B>(r, ref, bound, seen, what) ? t.informative : t.uninformative)++;
-        });
-      });
-    });
+    for (const PrecisionInfo& precision : precisions()) {
+      if (p.wide_formats_only && precision.unit_roundoff > 0x1p-24) continue;  // fp64, fp32 only
+      const GroundTruth truth = ground_truth(rounded_to(precision, in), opt, precision.unit_roundoff);
+      ASSERT_EQ(truth.kind, TruthKind::digits50) << "these problems are meant for the 50-digit reference";
+      for (const BackendInfo& b : all_backends())
+        for (Accumulate acc : accumulate_policies()) {
+          const std::string config =
+              b.name + " " + std::string(precision.name) + " accumulate " + std::string(accumulate_name(acc));
+          const RunReport r = b.run(precision.name, acc, in, opt);
+          Tally& t = tally[config];
+          (expect_verified(r, opt, truth, p.name + " / " + config) ? t.informative : t.uninformative)++;
+        }
+    }
   }
   for (const auto& [config, t] : tally) {
-    std::printf("%-28s informative checks %zu, uninformative %zu\n", config.c_str(), t.informative, t.uninformative);
+    std::printf("%-34s informative checks %zu, uninformative %zu\n", config.c_str(), t.informative, t.uninformative);
     EXPECT_GT(t.informative, 0u) << config << " never met an informative bound";
   }
 }
 
-// Blocked and streaming for block sizes that divide n, do not, and exceed it,
+// Every tiled backend for block sizes that divide n, do not, and exceed it,
 // against the reference within the same derived bound.
 TEST(BlockSizes, ResultsDependOnBlockSizeOnlyThroughRounding) {
   const Shape shape{2, 1, 37, 53, 12, 10};
@@ -135,32 +121,29 @@ TEST(BlockSizes, ResultsDependOnBlockSizeOnlyThroughRounding) {
   std::printf("shape %s, seed %llu\n", to_string(shape).c_str(), static_cast<unsigned long long>(seed));
   const Inputs<double> in = random_inputs(shape, seed);
   const std::pair<std::size_t, std::size_t> blocks[] = {{1, 1}, {3, 7}, {16, 16}, {37, 53}, {64, 64}, {100, 200}};
+  std::size_t tiled = 0;
   for (const Mask& m : {Mask{mask::None{}}, Mask{mask::Causal{}}, Mask{mask::KeyPadding{{53, 20}}},
                         Mask{mask::SlidingWindow{9}}}) {
     Options opt;
     opt.mask = m;
     opt.need_weights = opt.need_lse = true;
-    for_each_storage([&](auto st) {
-      using S = typename decltype(st)::type;
-      const Inputs<S> rounded = convert_inputs<S>(in);
-      const Inputs<double> seen = convert_inputs<double>(rounded);
-      const Result<double> ref = backends::reference_attention(seen, opt);
+    for (const PrecisionInfo& precision : precisions()) {
+      const GroundTruth truth = ground_truth(rounded_to(precision, in), opt, precision.unit_roundoff);
       for (auto [b_q, b_k] : blocks) {
         Options o = opt;
         o.block_q = b_q;
         o.block_k = b_k;
-        constexpr Accumulate P = Accumulate::fp32;
-        const ErrorBound bound =
-            error_bound(seen, o, precision_traits<accumulate_t<S, P>>::unit_roundoff, precision_traits<S>::unit_roundoff);
-        const std::string what = mask_name(m) + " " + std::string(precision_traits<S>::name) + " B_q=" +
-                                 std::to_string(b_q) + " B_k=" + std::to_string(b_k);
-        check_against_reference<backends::Blocked>(run_checked<backends::Blocked, S, P>(rounded, o), ref, bound,
-                                                   seen, "blocked " + what);
-        check_against_reference<backends::Streaming>(run_checked<backends::Streaming, S, P>(rounded, o), ref,
-                                                     bound, seen, "streaming " + what);
+        for (const BackendInfo& b : all_backends()) {
+          if (!b.traits.tiled) continue;
+          ++tiled;
+          expect_verified(b.run(precision.name, Accumulate::fp32, in, o), o, truth,
+                          b.name + " " + mask_name(m) + " " + std::string(precision.name) + " B_q=" +
+                              std::to_string(b_q) + " B_k=" + std::to_string(b_k));
+        }
       }
-    });
+    }
   }
+  EXPECT_GT(tiled, 0u) << "no tiled backend is registered";
 }
 
 // The compensated double-double reference against 50 digits. Its dots and
@@ -184,19 +167,21 @@ TEST(Reference, CompensatedDoubleMatchesFiftyDigitsWithinFiveUnits) {
   }
 }
 
-// The same call twice gives the same bits; a reused workspace changes nothing.
+// The same call twice gives the same bits; a reused workspace changes
+// nothing; the workspace a call takes is the backend's own model.
 TEST(Determinism, RepeatedCallsAreBitwiseIdentical) {
-  const Inputs<float> in = convert_inputs<float>(random_inputs({1, 2, 45, 61, 16, 16}, 301));
+  const Inputs<double> in = random_inputs({1, 2, 45, 61, 16, 16}, 301);
   Options opt;
   opt.mask = mask::Causal{};
-  for_each_backend([&](auto bt) {
-    using B = typename decltype(bt)::type;
-    Workspace ws;
-    const Result<float> a = run_checked<B, float, Accumulate::fp32>(in, opt, ws);
-    const Result<float> b = run_checked<B, float, Accumulate::fp32>(in, opt, ws);
-    EXPECT_TRUE(a.out == b.out) << B::name;
-    EXPECT_EQ(a.workspace_bytes, (B::template workspace_bytes<float, Accumulate::fp32>(in.shape(), opt))) << B::name;
-  });
+  const PrecisionInfo& fp32 = precision_info("fp32");
+  for (const BackendInfo& b : all_backends()) {
+    const auto call = b.prepare(fp32, Accumulate::fp32, rounded_to(fp32, in), opt);
+    call->call();
+    const xt::xtensor<double, 4> first = call->out();
+    call->call();
+    EXPECT_TRUE(first == call->out()) << b.name;
+    EXPECT_EQ(call->workspace_bytes(), b.workspace_bytes(fp32, Accumulate::fp32, in.shape(), opt)) << b.name;
+  }
 }
 
 }  // namespace

@@ -28,21 +28,6 @@ const char* magnitude_name(Magnitude m) {
 }
 }  // namespace
 
-double max_finite(std::string_view precision) {
-  double m = 0;
-  for_each_storage([&](auto s) {
-    using S = typename decltype(s)::type;
-    if (precision_traits<S>::name == precision) m = precision_traits<S>::max_finite;
-  });
-  return m;
-}
-
-double max_finite_accumulate(std::string_view precision, Accumulate policy) {
-  if (policy == Accumulate::fp64) return precision_traits<double>::max_finite;
-  if (policy == Accumulate::fp32) return precision_traits<float>::max_finite;
-  return max_finite(precision);
-}
-
 Inputs<double> Case::inputs(double max_storage, double max_accumulate) const {
   Inputs<double> in = random_inputs(shape, seed, magnitude == Magnitude::near_limit ? 1.0 : logit_scale);
   if (magnitude == Magnitude::near_limit) {

@@ -55,8 +55,6 @@ rc::Gen<Case> gen_case(double cost_budget, bool allow_masks = true);
 
 // The largest finite value of a storage precision and of the accumulation
 // type of a policy, by precision name.
-double max_finite(std::string_view precision);
-double max_finite_accumulate(std::string_view precision, Accumulate policy);
 
 }  // namespace attn::props
 

@@ -17,6 +17,7 @@
 #include "attn/metrics.hpp"
 #include "attn/npy.hpp"
 #include "attn/registry.hpp"
+#include "attn/verify.hpp"
 
 namespace attn {
 namespace {
@@ -50,23 +51,23 @@ TEST(Golden, E1ProjectionsMatchTheNotes) {
 TEST(Golden, WorkedExamplesThroughEveryBackendAndPrecision) {
   std::size_t checked = 0;
   for (const WorkedExample& e : worked_examples()) {
-    for_each_configuration([&]<class B, class S, Accumulate P>() {
-      SCOPED_TRACE(e.id + " " + e.title + " / " + std::string(B::name) + " " +
-                   std::string(precision_traits<S>::name) + " accumulate " + std::string(accumulate_name(P)));
+    for (const BackendInfo& backend : all_backends())
+      for (const PrecisionInfo& precision : precisions())
+        for (Accumulate acc : accumulate_policies()) {
+      SCOPED_TRACE(e.id + " " + e.title + " / " + backend.name + " " + std::string(precision.name) + " accumulate " +
+                   std::string(accumulate_name(acc)));
       Options opt = e.opt;
       opt.need_weights = opt.need_lse = true;
-      const Inputs<S> in = convert_inputs<S>(e.in);
-      const Inputs<double> seen = convert_inputs<double>(in);
+      const RunReport r = backend.run(precision.name, acc, e.in, opt);
       // Every example's inputs are exact in every format, so the figures apply unchanged.
-      ASSERT_TRUE(seen.q == e.in.q && seen.k == e.in.k && seen.v == e.in.v);
-      const Result<S> r = run_checked<B, S, P>(in, opt);
-      const ErrorBound bound = error_bound(e.in, opt, accumulation_unit_roundoff<B, S, P>(),
-                                           precision_traits<S>::unit_roundoff);
-      const auto out = convert_tensor<double>(r.out);
+      ASSERT_TRUE(r.rounded_inputs.q == e.in.q && r.rounded_inputs.k == e.in.k && r.rounded_inputs.v == e.in.v);
+      const Check check = verify(r, opt);
+      EXPECT_TRUE(check.within) << "verify(): error " << check.out.max_abs << " above " << check.tolerance_out;
       for (const Figure& f : e.figures) {
-        ErrorBound b = bound;
-        b.weights = weights_bound<B>(bound);  // streaming's weights are rebuilt from its logsumexp
-        const FigureReading got = read_figure(f, out, r.weights ? &*r.weights : nullptr, r.lse ? &*r.lse : nullptr, b);
+        ErrorBound b = check.bound;
+        if (r.traits.weights_from_lse) b.weights = check.bound.weights_from_lse;  // rebuilt from the logsumexp
+        const FigureReading got =
+            read_figure(f, r.out, r.weights ? &*r.weights : nullptr, r.lse ? &*r.lse : nullptr, b);
         ASSERT_TRUE(got.available) << f.label << ": the backend returned no weights/logsumexp";
         if (f.what == Quantity::weight && f.exact == 0) {
           EXPECT_EQ(got.value, 0.0) << f.label << ": a masked weight must be exactly 0";
@@ -74,7 +75,7 @@ TEST(Golden, WorkedExamplesThroughEveryBackendAndPrecision) {
           EXPECT_LE(std::fabs(got.value - f.printed), f.printed_tolerance + got.bound)
               << f.label << ": got " << got.value << ", notes print " << f.printed;
         }
-        if constexpr (requires { B::exact; } && std::is_same_v<S, double>) {
+        if (r.traits.exact && precision.unit_roundoff == 0x1p-53) {
           // The 50-digit reference, rounded once to double, matches the closed form
           // to within a few units of double rounding: relative to the value, or
           // for a slope p (1 - p) relative to p (1 - p is formed in double).
@@ -84,7 +85,7 @@ TEST(Golden, WorkedExamplesThroughEveryBackendAndPrecision) {
         }
         ++checked;
       }
-    });
+        }
   }
   std::printf("checked %zu figures\n", checked);
   EXPECT_GT(checked, 0u);
@@ -123,11 +124,12 @@ TEST(GoldenCli, E2EndToEndWithNpyFiles) {
   xt::dump_npy(cli.path("q.npy"), xt::xtensor<float, 2>(xt::view(xt::cast<float>(e2.in.q), 0, 0)));
   xt::dump_npy(cli.path("k.npy"), xt::xtensor<float, 2>(xt::view(xt::cast<float>(e2.in.k), 0, 0)));
   xt::dump_npy(cli.path("v.npy"), xt::xtensor<float, 2>(xt::view(xt::cast<float>(e2.in.v), 0, 0)));
-  for (auto backend : backend_names()) {
-    SCOPED_TRACE(std::string(backend));
+  for (const BackendInfo& b : all_backends()) {
+    const std::string& backend = b.name;
+    SCOPED_TRACE(backend);
     std::string out, err;
     const int code = cli.run("attend --q " + cli.path("q.npy") + " --k " + cli.path("k.npy") + " --v " +
-                                 cli.path("v.npy") + " --backend " + std::string(backend) +
+                                 cli.path("v.npy") + " --backend " + backend +
                                  " --precision fp64 --out " + cli.path("o.npy") + " --weights " +
                                  cli.path("w.npy") + " --lse " + cli.path("l.npy") + " --check --json --force",
                              &out, &err);

@@ -42,15 +42,10 @@ rc::Gen<LayerCase> gen_layer_case(std::size_t max_length = 9) {
   });
 }
 
-// The default accumulation of a storage precision.
-Accumulate default_policy(std::string_view precision) {
-  return precision == "fp64" ? Accumulate::fp64 : Accumulate::fp32;
-}
-
 template <class F>
 void for_each_core(F&& f) {
-  for (const BackendHandle& b : registered_backends())
-    for (std::string_view p : storage_names()) f(b, Core{std::string(b.name), std::string(p), default_policy(p), 1});
+  for (const BackendInfo& b : all_backends())
+    for (const PrecisionInfo& p : precisions()) f(b, Core{b.name, std::string(p.name), p.default_accumulate, 1});
 }
 
 Linear identity(std::size_t n, double c = 1.0) { return Linear{c * xt::eye<double>(n), std::nullopt}; }
@@ -77,7 +72,7 @@ double row_norm(const Matrix& w) {
 // same exact value are each within one bound of it; the larger unit covers
 // a storage-ulp difference of their inputs (projections of one row vs many
 // rows may round differently). Carried through W_O, plus fp64 GEMM rounding.
-double core_tolerance(const BackendHandle& b, const Core& core, const Inputs<double>& in, const Options& opt,
+double core_tolerance(const BackendInfo& b, const Core& core, const Inputs<double>& in, const Options& opt,
                       const Matrix& w_o) {
   const RunReport r = b.run(core.precision, core.accumulate, in, opt, {}, 0);
   const double u = std::max(r.u_acc, r.u_store);
@@ -92,7 +87,7 @@ RC_GTEST_PROP(Layers, identityOutputProjectionGivesTheConcatenatedHeads, ()) {
   const std::size_t E = c.embed();
   const Sequence x = random_sequence(c.batch, c.length, E, c.seed);
   const double scale = *rc::gen::element(2.0, -0.5, 3.0);
-  for_each_core([&](const BackendHandle& b, const Core& core) {
+  for_each_core([&](const BackendInfo& b, const Core& core) {
     MultiheadAttention mha(E, c.heads, E, E, false, c.seed + 1);
     mha.w_o() = identity(E);
     const Sequence concat = mha.forward(x, x, x, core).out;
@@ -112,7 +107,7 @@ RC_GTEST_PROP(Layers, oneHeadWithIdentityProjectionsIsSingleHeadAttention, ()) {
   const LayerCase c = *gen_layer_case();
   const std::size_t E = c.head_dim * c.heads;
   const Sequence x = random_sequence(c.batch, c.length, E, c.seed);
-  for_each_core([&](const BackendHandle& b, const Core& core) {
+  for_each_core([&](const BackendInfo& b, const Core& core) {
     const MultiheadAttention mha(identity(E), identity(E), identity(E), identity(E), 1);
     Inputs<double> in{MultiheadAttention::split_heads(x, 1), MultiheadAttention::split_heads(x, 1),
                       MultiheadAttention::split_heads(x, 1)};
@@ -130,7 +125,7 @@ RC_GTEST_PROP(Layers, decodingThroughTheKvCacheMatchesFullCausalAttention, ()) {
   const bool with_rope = c.head_dim % 2 == 0 && *rc::gen::arbitrary<bool>();
   const std::optional<Rope> rope = with_rope ? std::optional<Rope>(Rope{}) : std::nullopt;
   const MultiheadAttention mha(E, c.heads, E, E, true, c.seed + 7);
-  for_each_core([&](const BackendHandle& b, const Core& core) {
+  for_each_core([&](const BackendInfo& b, const Core& core) {
     const Sequence full = mha.forward(x, x, x, core, mask::Causal{}, false, false, rope).out;
     KVCache cache;
     Sequence decoded = Sequence::from_shape(full.shape());
@@ -215,7 +210,7 @@ RC_GTEST_PROP(Layers, selfAttentionIsPermutationEquivariantOnlyWithoutPositions,
   if (std::is_sorted(perm.begin(), perm.end())) std::swap(perm[0], perm[1]);
   const Sequence px = permute(x, perm);
   bool rope_broke = false, sinusoidal_broke = false;
-  for_each_core([&](const BackendHandle& b, const Core& core) {
+  for_each_core([&](const BackendInfo& b, const Core& core) {
     const Sequence out = mha.forward(x, x, x, core).out;
     Inputs<double> in{MultiheadAttention::split_heads(mha.w_q()(x), c.heads),
                       MultiheadAttention::split_heads(mha.w_k()(x), c.heads),
@@ -245,7 +240,8 @@ RC_GTEST_PROP(Layers, selfAttentionIsPermutationEquivariantOnlyWithoutPositions,
 TEST(Layers, PositionsBreakPermutationEquivarianceCounterexample) {
   const std::size_t B = 1, L = 6, H = 2, E = 8;
   const MultiheadAttention mha(E, H, E, E, true, 20261129);
-  const Core core{"streaming", "fp32", Accumulate::fp32, 1};
+  const BackendInfo& backend = all_backends().front();
+  const Core core{backend.name, "fp32", Accumulate::fp32, 1};
   for (const char* what : {"rope", "sinusoidal"}) {
     bool found = false;
     for (std::uint64_t seed = 1; seed <= 20 && !found; ++seed) {
@@ -264,7 +260,7 @@ TEST(Layers, PositionsBreakPermutationEquivarianceCounterexample) {
       }
       Inputs<double> in{MultiheadAttention::split_heads(mha.w_q()(x), H), MultiheadAttention::split_heads(mha.w_k()(x), H),
                         MultiheadAttention::split_heads(mha.w_v()(x), H)};
-      const double tol = core_tolerance(backend_by_name("streaming"), core, in, {}, mha.w_o().weight);
+      const double tol = core_tolerance(backend, core, in, {}, mha.w_o().weight);
       const double gap = max_abs_diff(mha.forward(px, px, px, core, mask::None{}, false, false, rope).out,
                                       permute(mha.forward(x, x, x, core, mask::None{}, false, false, rope).out, perm));
       if (gap > 100 * tol) {

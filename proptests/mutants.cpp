@@ -4,6 +4,8 @@
 // inherit the fix it is meant to lack.
 #include "mutants.hpp"
 
+#include "attn/backend_row.hpp"
+
 #include <cmath>
 #include <vector>
 
@@ -43,6 +45,7 @@ struct MutantBackend {
     return "mutant";
   }();
   static constexpr std::string_view description = "a deliberately broken backend";
+  static constexpr BackendTraits traits{};
 
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape&, const Options&) {
@@ -128,7 +131,7 @@ struct MutantBackend {
 
 template <Bug bug>
 Mutant make(std::string_view what) {
-  return {handle_of<MutantBackend<bug>>(), what};
+  return {row_of<MutantBackend<bug>>(), what};
 }
 
 }  // namespace

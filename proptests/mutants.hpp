@@ -9,7 +9,7 @@
 namespace attn::props {
 
 struct Mutant {
-  BackendHandle handle;
+  BackendInfo handle;
   std::string_view bug;  // what is wrong, in a line
 };
 

@@ -24,14 +24,15 @@ struct Run {
   Inputs<double> in;  // rounded to the storage, as the backend saw them
   Options opt;
   RunReport r;
-  ErrorBound bound;
+  ErrorBound bound;  // the derived bound for this run (metrics.hpp)
 };
 
-Run run_case(const BackendHandle& b, const Case& c, std::string_view precision, bool weights,
+Run run_case(const BackendInfo& b, const Case& c, std::string_view precision, bool weights,
              const Options* override_opt = nullptr, const Inputs<double>* override_in = nullptr) {
   Run run;
   run.precision = precision;
-  const double max_s = max_finite(precision), max_a = max_finite_accumulate(precision, c.policy);
+  const PrecisionInfo& p = precision_info(precision);
+  const double max_s = p.max_finite, max_a = accumulation_max_finite(p, c.policy);
   // The precondition is checked on freshly generated inputs only: inputs a
   // property derives from a run's (rounded) inputs, by permuting them or
   // replacing entries with small values, satisfy it by construction.
@@ -65,8 +66,9 @@ Run run_case(const BackendHandle& b, const Case& c, std::string_view precision, 
 
 // f(run) for every storage precision the case fits.
 template <class F>
-void for_each_precision(const BackendHandle& b, const Case& c, bool weights, F&& f) {
-  for (std::string_view precision : storage_names()) {
+void for_each_precision(const BackendInfo& b, const Case& c, bool weights, F&& f) {
+  for (const PrecisionInfo& p : precisions()) {
+    const std::string_view precision = p.name;
     Run run = run_case(b, c, precision, weights);
     if (!run.ok) continue;
     RC_LOG() << b.name << " " << precision << " accumulate " << accumulate_name(c.policy) << "\n";
@@ -100,11 +102,11 @@ std::map<std::string, std::map<std::string, int>>& case_tally() {
 }
 
 // 1. Rows of the weights sum to 1 within the derived bound; weights in [0, 1].
-void rows_sum_to_one(const BackendHandle& b, const Case& c) {
+void rows_sum_to_one(const BackendInfo& b, const Case& c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const auto& w = *run.r.weights;
     const std::size_t n_kv = w.shape(3), rows = w.size() / n_kv;
-    const double tol = b.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum;
+    const double tol = b.traits.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum;
     for (std::size_t r = 0; r < rows; ++r) {
       double sum = 0;
       for (std::size_t j = 0; j < n_kv; ++j) {
@@ -121,7 +123,7 @@ void rows_sum_to_one(const BackendHandle& b, const Case& c) {
 
 // 2. Masked weights are exactly 0; a row's output does not change, bit for
 // bit, when the keys and values it cannot see are replaced.
-void masked_weights_are_zero_and_masked_inputs_irrelevant(const BackendHandle& b, const Case& c) {
+void masked_weights_are_zero_and_masked_inputs_irrelevant(const BackendInfo& b, const Case& c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const Shape sh = run.in.shape();
     const MaskView mask(run.opt.mask, sh);
@@ -156,18 +158,19 @@ void masked_weights_are_zero_and_masked_inputs_irrelevant(const BackendHandle& b
 // 3. Within the derived bound of the reference, and no worse than 2x the
 // naive backend's own error at the same precision plus an absolute floor of
 // a few units of the output's last place (FlashAttention's test rule).
-void agrees_with_reference(const BackendHandle& b, const Case& c) {
-  const BackendHandle& naive = backend_by_name("naive");
+void agrees_with_reference(const BackendInfo& b, const Case& c) {
+  const BackendInfo& naive = baseline_backend();
   for_each_precision(b, c, true, [&](const Run& run) {
-    const Result<double> ref = backends::reference_attention(run.in, run.opt);
-    const double err = compare(run.r.out, ref.out, run.r.u_store).max_abs;
-    RC_ASSERT(err <= run.bound.out);
-    RC_ASSERT(compare(*run.r.lse, *ref.lse, run.r.u_acc).max_abs <= run.bound.lse);
-    RC_ASSERT(compare(*run.r.weights, *ref.weights, run.r.u_acc).max_abs <=
-              (b.weights_from_lse ? run.bound.weights_from_lse : run.bound.weights));
+    const GroundTruth truth = ground_truth(run.in, run.opt, run.r.u_store);
+    const Check check = verify(run.r, run.opt, truth);
+    RC_ASSERT(check.out.max_abs <= check.tolerance_out);
+    RC_ASSERT(check.lse.max_abs <= check.tolerance_lse);
+    RC_ASSERT(check.weights.max_abs <= check.tolerance_weights);
+    RC_ASSERT(check.within);
+    const double err = check.out.max_abs;
     const Run base = run_case(naive, c, run.precision, false, &run.opt, &run.in);
-    const double naive_err = compare(base.r.out, ref.out, run.r.u_store).max_abs;
-    const double floor = 4 * (run.r.u_acc + run.r.u_store) * max_abs(ref.out);
+    const double naive_err = verify(base.r, run.opt, truth).out.max_abs;
+    const double floor = 4 * (run.r.u_acc + run.r.u_store) * max_abs(truth.result.out);
     RC_ASSERT(err <= 2 * naive_err + floor);
   });
 }
@@ -176,7 +179,7 @@ void agrees_with_reference(const BackendHandle& b, const Case& c) {
 // the output unchanged within the two runs' bounds, plus what the rounding
 // of the shifted bias itself (fl(b + c) != b + c, found exactly by TwoSum)
 // does to an exact softmax: max|v| expm1(2 max|db|).
-void shift_invariant(const BackendHandle& b, const Case& c) {
+void shift_invariant(const BackendInfo& b, const Case& c) {
   if (c.mask != MaskKind::none && c.mask != MaskKind::bias) return;
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
@@ -210,11 +213,11 @@ void shift_invariant(const BackendHandle& b, const Case& c) {
 // over the keys the row sees, up to the rounding of the weights' sum, of the
 // accumulation and of the storage (slack times the largest |v| seen); a
 // fully masked row is exactly 0.
-void outputs_in_convex_hull(const BackendHandle& b, const Case& c) {
+void outputs_in_convex_hull(const BackendInfo& b, const Case& c) {
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
     const MaskView mask(run.opt.mask, sh);
-    const double slack = (b.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum) +
+    const double slack = (b.traits.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum) +
                          gamma(double(sh.n_kv) + 2, run.r.u_acc) + run.r.u_store;
     for (std::size_t bb = 0; bb < sh.batch; ++bb)
       for (std::size_t h = 0; h < sh.heads; ++h)
@@ -244,7 +247,7 @@ void outputs_in_convex_hull(const BackendHandle& b, const Case& c) {
 // 6. Without mask, self-attention is equivariant under a permutation of the
 // tokens, and permuting key/value pairs together changes no output (within
 // the two runs' bounds: the order of the sums changes).
-void permutation_equivariant(const BackendHandle& b, const Case& c0) {
+void permutation_equivariant(const BackendInfo& b, const Case& c0) {
   Case c = c0;
   c.mask = MaskKind::none;
   c.shape.n_kv = c.shape.n_q;
@@ -292,7 +295,7 @@ void permutation_equivariant(const BackendHandle& b, const Case& c0) {
 // sqrt(var): (sqrt(var) + e)^2 - var. One storage precision per case (the
 // seed picks it), so the 50-digit reference stays affordable; over the
 // cases every precision is covered.
-void score_variance_scales_with_dk(const BackendHandle& b, const Case& c) {
+void score_variance_scales_with_dk(const BackendInfo& b, const Case& c) {
   const std::size_t d = std::clamp<std::size_t>(c.shape.d_k * c.shape.d_v, 1, 1024);
   const std::size_t samples = std::clamp<std::size_t>(std::size_t(1e5 / double(d)), 200, 20000);
   Case s = c;
@@ -300,7 +303,7 @@ void score_variance_scales_with_dk(const BackendHandle& b, const Case& c) {
   s.mask = MaskKind::none;
   s.magnitude = Magnitude::unit;
   s.logit_scale = 1;
-  const std::string_view precision = storage_names()[c.seed % storage_names().size()];
+  const std::string_view precision = precisions()[c.seed % precisions().size()].name;
   RC_CLASSIFY(d >= 256, "d_k >= 256");
   RC_TAG(precision);
   for (const double scale : {1.0 / std::sqrt(double(d)), 1.0}) {
@@ -319,7 +322,7 @@ void score_variance_scales_with_dk(const BackendHandle& b, const Case& c) {
 
 // 8. Finite inputs give finite outputs, weights and logsumexp (-inf exactly
 // on fully masked rows, whose outputs are 0), whatever the logits' size.
-void finite_for_finite_inputs(const BackendHandle& b, const Case& c) {
+void finite_for_finite_inputs(const BackendInfo& b, const Case& c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     for (double x : run.r.out) RC_ASSERT(std::isfinite(x));
     for (double x : *run.r.weights) RC_ASSERT(std::isfinite(x));
@@ -337,7 +340,7 @@ void finite_for_finite_inputs(const BackendHandle& b, const Case& c) {
 // 9. A second run gives the same bits, and so does one thread instead of the
 // case's (each query block is computed whole by one worker); the case's block
 // sizes and the backend's defaults agree within the two runs' bounds.
-void block_size_independent_and_deterministic(const BackendHandle& b, const Case& c) {
+void block_size_independent_and_deterministic(const BackendInfo& b, const Case& c) {
   for_each_precision(b, c, false, [&](const Run& run) {
     const Run again = run_case(b, c, run.precision, false, &run.opt, &run.in);
     RC_ASSERT(again.r.out == run.r.out);
@@ -354,7 +357,7 @@ void block_size_independent_and_deterministic(const BackendHandle& b, const Case
 
 // 10. out [B, H, n_q, d_v], weights [B, H, n_q, n_kv], lse [B, H, n_q], for
 // cross-attention and d_k != d_v alike.
-void result_shapes(const BackendHandle& b, const Case& c) {
+void result_shapes(const BackendInfo& b, const Case& c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const Shape s = c.shape;
     RC_ASSERT(run.r.out.shape() == (std::array<std::size_t, 4>{s.batch, s.heads, s.n_q, s.d_v}));

@@ -11,7 +11,7 @@
 
 #include <cstdio>
 
-#include "attn/studies.hpp"
+#include "studies/studies.hpp"
 #include "mutants.hpp"
 #include "properties.hpp"
 
@@ -21,7 +21,7 @@ namespace {
 // Runs property p on every registered backend for one case.
 void over_registry(const Property& p, const Case& c) {
   classify(c);
-  for (const BackendHandle& b : registered_backends()) {
+  for (const BackendInfo& b : all_backends()) {
     p.check(b, c);
     ++case_tally()[p.name][std::string(b.name)];
   }
@@ -47,7 +47,7 @@ ATTN_PROPERTY(p10_resultShapes, 9)
 TEST(Properties, zz_caseCountTable) {
   std::printf("\nproperty x backend: cases passed\n%-48s", "property");
   std::vector<std::string> names;
-  for (auto& b : registered_backends()) names.emplace_back(b.name);
+  for (auto& b : all_backends()) names.emplace_back(b.name);
   for (auto& n : names) std::printf(" %10s", n.c_str());
   std::printf("\n");
   for (const Property& p : properties()) {
@@ -73,7 +73,7 @@ TEST(Regressions, ShiftInvarianceAccountsForTheRoundedBias) {
   c.block_q = 3;
   c.block_k = 31;
   c.seed = 0;
-  for (const BackendHandle& b : registered_backends()) {
+  for (const BackendInfo& b : all_backends()) {
     rc::detail::TestParams once;
     once.maxSuccess = 1;
     const auto result = rc::detail::checkTestable([&] { shift_invariant(b, c); }, rc::detail::TestMetadata{}, once);
@@ -93,7 +93,7 @@ TEST(Regressions, PermutedNearLimitInputsAreNotRescreened) {
   c.policy = Accumulate::storage;
   c.block_k = 31;
   c.seed = 49979;
-  for (const BackendHandle& b : registered_backends()) {
+  for (const BackendInfo& b : all_backends()) {
     rc::detail::TestParams once;
     once.maxSuccess = 1;
     const auto result =
@@ -110,8 +110,8 @@ TEST(Regressions, PermutedNearLimitInputsAreNotRescreened) {
 // falls at every step by more than 5 standard errors of the difference; with
 // it, the spread across d_k stays below 5% of the unscaled fall ("nearly flat").
 TEST(Scaling, E7EntropyFallsWithoutTheScaleAndStaysFlatWithIt) {
-  for (const BackendHandle& b : registered_backends()) {
-    const auto rows = entropy_study(b, "fp32", {8, 32, 128, 512}, 1000, 10, /*seed=*/700);
+  for (const BackendInfo& b : all_backends()) {
+    const auto rows = entropy_study(b, precision_info("fp32"), {8, 32, 128, 512}, 1000, 10, /*seed=*/700);
     std::printf("%-10s", std::string(b.name).c_str());
     for (const auto& r : rows) std::printf("  d_k %zu: H=%.3f (scaled %.3f)", r.d, r.raw_mean, r.scaled_mean);
     std::printf("\n");

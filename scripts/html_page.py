@@ -4,7 +4,7 @@ figures as the SVG files beside it; nothing from the network) with every
 report of the run, sortable tables, attention-weight heatmaps and the
 score -> softmax explorer.
 
-    scripts/html_page.py collect --attn-lab build/lib/attn-lab --data DIR
+    scripts/html_page.py collect --attn-lab build/tools/attn-lab --data DIR
 
 writes DIR/heatmaps.json and DIR/explorer.json, both computed by attn-lab
 itself (`attn-lab attend --weights/--out` on small problems); report.py then
@@ -57,6 +57,10 @@ def attend(attn_lab, args, work):
 
 
 def collect(attn_lab, data_dir):
+    registry = json.loads(subprocess.run([attn_lab, "list", "--json"], capture_output=True, text=True,
+                                         check=True).stdout)
+    backends = [b["name"] for b in registry["backends"]]
+    exact = next(b["name"] for b in registry["backends"] if b["traits"]["exact"])
     with tempfile.TemporaryDirectory() as work:
         np.save(os.path.join(work, "q.npy"), np.array([[1.0]]))
         np.save(os.path.join(work, "v.npy"), np.array(E1_V))
@@ -65,7 +69,7 @@ def collect(attn_lab, data_dir):
         for scores, dk, causal in POINTS:
             np.save(os.path.join(work, "k.npy"), np.array([[s] for s in scores]))
             args = ["--q", os.path.join(work, "q.npy"), "--k", os.path.join(work, "k.npy"), "--v",
-                    os.path.join(work, "v.npy"), "--backend", "reference", "--precision", "fp64",
+                    os.path.join(work, "v.npy"), "--backend", exact, "--precision", "fp64",
                     "--scale", repr(1.0 / math.sqrt(dk))]
             if causal:
                 args += ["--mask", "bool:" + os.path.join(work, "causal.npy")]
@@ -76,9 +80,6 @@ def collect(attn_lab, data_dir):
                                "[--mask bool:[[1, 1, 0]]] --backend reference --precision fp64",
                     "v": E1_V, "points": points}
 
-        listing = subprocess.run([attn_lab, "list"], capture_output=True, text=True, check=True).stdout
-        section = listing.split("backends:\n", 1)[1].split("\n" + "precisions:", 1)[0]
-        backends = [line.split()[0] for line in section.splitlines() if line.strip()]
         heatmaps = {}
         for key, p in HEATMAP_PROBLEMS.items():
             mask = p["mask"]
@@ -86,11 +87,11 @@ def collect(attn_lab, data_dir):
                 np.save(os.path.join(work, "valid.npy"), np.array([p["valid"]], dtype=np.int64))
                 mask = "keypad:" + os.path.join(work, "valid.npy")
             base = ["--random", p["random"], "--seed", "7", "--mask", mask, "--precision", "fp32"]
-            ref, _ = attend(attn_lab, base + ["--backend", "reference"], work)
+            ref, _ = attend(attn_lab, base + ["--backend", exact], work)
             entry = {"title": p["title"], "command": "attn-lab attend " + " ".join(base).replace(work + "/", "")
                      + " --backend B --weights W.npy", "reference": ref[0, 0].tolist(), "weights": {}}
             for b in backends:
-                if b == "reference":
+                if b == exact:
                     continue
                 w, _ = attend(attn_lab, base + ["--backend", b], work)
                 entry["weights"][b] = w[0, 0].tolist()

@@ -38,7 +38,7 @@ attn_build_asan() {
       "-Drc_params=seed=20261129 max_success=10"
   fi
   meson compile -C build-asan proptests/unit_test proptests/golden_test proptests/agreement_test proptests/props \
-    lib/attn-lab
+    tools/attn-lab
 }
 
 # The libFuzzer targets: a clang build directory of the fuzz targets only.

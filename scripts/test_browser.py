@@ -8,7 +8,7 @@ shows, for every reference point attn-lab computed, the same weights and
 output to 3 decimals, after moving a slider with the keyboard first. Saves a
 screenshot of the explorer (argv[1], default browser-explorer.png).
 
-    ATTN_LAB=build/lib/attn-lab scripts/test_browser.py [SCREENSHOT.png]
+    ATTN_LAB=build/tools/attn-lab scripts/test_browser.py [SCREENSHOT.png]
 """
 import json
 import os

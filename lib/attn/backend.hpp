@@ -21,7 +21,19 @@ struct Result {
   std::size_t workspace_bytes = 0;                // scratch the backend allocated for the call
 };
 
-// A backend is a type with a name, a one-line description, and
+// What a backend is, as values: the registry, CLI, tests, benchmarks and
+// reports decide by these, never by a backend's name or type.
+struct BackendTraits {
+  bool exact = false;             // computes in 50 digits whatever the policy (the ground truth; costly)
+  bool baseline = false;          // the textbook algorithm: the same-precision baseline of comparisons
+  bool weights_from_lse = false;  // weights are rebuilt from the logsumexp in a second pass
+  bool tiled = false;             // takes block sizes (Options::block_q, Options::block_k)
+  bool own_threads = false;       // runs Options::threads workers of its own
+  bool uses_blas = false;         // GEMMs through OpenBLAS, which takes the thread count
+  bool memory_independent_of_n = false;  // workspace O(tiles), not O(n_q n_kv)
+};
+
+// A backend is a type with a name, a one-line description, its traits, and
 //   run<S, P>(inputs, options, workspace) -> Result<S>, for every storage S and policy P
 //   workspace_bytes<S, P>(shape, options) -> the scratch bytes run() takes from the workspace
 // run() requires validate(inputs, options) to have passed (run_checked does both),
@@ -30,6 +42,7 @@ template <class B>
 concept AttentionBackend = requires(const Inputs<float>& in, const Options& o, const Shape& s, Workspace& ws) {
   { B::name } -> std::convertible_to<std::string_view>;
   { B::description } -> std::convertible_to<std::string_view>;
+  { B::traits } -> std::convertible_to<BackendTraits>;
   { B::template run<float, Accumulate::fp32>(in, o, ws) } -> std::same_as<Result<float>>;
   { B::template workspace_bytes<float, Accumulate::fp32>(s, o) } -> std::same_as<std::size_t>;
 };

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <xtensor-blas/xblas.hpp>
 
+#include <filesystem>
+
+#include "attn/npy.hpp"
 #include "attn/random.hpp"
 
 namespace attn {
@@ -156,7 +159,7 @@ AttentionOutput MultiheadAttention::forward(const Sequence& query, const Sequenc
   opt.mask = mask;
   opt.need_weights = need_weights;
   opt.threads = core.threads;
-  RunReport r = backend_by_name(core.backend).run(core.precision, core.accumulate, in, opt, {}, 0);
+  RunReport r = backend_info(core.backend).run(core.precision, core.accumulate, in, opt, {}, 0);
   AttentionOutput o{w_o_(merge_heads(r.out)), std::nullopt, std::nullopt};
   if (need_weights) {
     o.weights = std::move(r.weights);
@@ -178,7 +181,7 @@ Sequence MultiheadAttention::decode(const Sequence& x, KVCache& cache, const Cor
   cache.append(k, v);
   Options opt;
   opt.threads = core.threads;
-  const RunReport r = backend_by_name(core.backend).run(core.precision, core.accumulate, cache.view_with(q), opt, {}, 0);
+  const RunReport r = backend_info(core.backend).run(core.precision, core.accumulate, cache.view_with(q), opt, {}, 0);
   return w_o_(merge_heads(r.out));
 }
 
@@ -257,6 +260,44 @@ Sequence random_sequence(std::size_t batch, std::size_t length, std::size_t dim,
   Sequence s = Sequence::from_shape({batch, length, dim});
   for (double& x : s) x = z.next();
   return s;
+}
+
+namespace {
+Linear load_linear(const std::string& dir, const std::string& weight, const std::string& bias) {
+  Linear l{load_npy_2d(dir + "/" + weight, "--weights " + weight), std::nullopt};
+  if (std::filesystem::exists(dir + "/" + bias)) l.bias = load_npy_1d(dir + "/" + bias, "--weights " + bias);
+  return l;
+}
+}  // namespace
+
+MultiheadAttention load_state_dict(const std::string& dir, std::size_t heads) {
+  if (!std::filesystem::is_directory(dir)) throw Error("--weights " + dir + ": not a directory");
+  Linear o = load_linear(dir, "out_proj.weight.npy", "out_proj.bias.npy");
+  const std::size_t e = o.out_features();
+  if (std::filesystem::exists(dir + "/in_proj_weight.npy")) {
+    const Linear in = load_linear(dir, "in_proj_weight.npy", "in_proj_bias.npy");
+    if (in.weight.shape(0) != 3 * e)
+      throw Error("--weights in_proj_weight.npy: " + std::to_string(in.weight.shape(0)) + " rows, want 3 x embed_dim = " +
+                  std::to_string(3 * e));
+    auto part = [&](std::size_t i) {
+      Linear l{Matrix(xt::view(in.weight, xt::range(i * e, (i + 1) * e), xt::all())), std::nullopt};
+      if (in.bias) l.bias = Vector(xt::view(*in.bias, xt::range(i * e, (i + 1) * e)));
+      return l;
+    };
+    return MultiheadAttention(part(0), part(1), part(2), std::move(o), heads);
+  }
+  // Separate projections (kdim or vdim != embed_dim); their biases live in in_proj_bias.npy.
+  Linear q{load_npy_2d(dir + "/q_proj_weight.npy", "--weights q_proj_weight.npy"), std::nullopt};
+  Linear k{load_npy_2d(dir + "/k_proj_weight.npy", "--weights k_proj_weight.npy"), std::nullopt};
+  Linear v{load_npy_2d(dir + "/v_proj_weight.npy", "--weights v_proj_weight.npy"), std::nullopt};
+  if (std::filesystem::exists(dir + "/in_proj_bias.npy")) {
+    const Vector b = load_npy_1d(dir + "/in_proj_bias.npy", "--weights in_proj_bias.npy");
+    if (b.size() != 3 * e) throw Error("--weights in_proj_bias.npy: length " + std::to_string(b.size()) + ", want " + std::to_string(3 * e));
+    q.bias = Vector(xt::view(b, xt::range(0, e)));
+    k.bias = Vector(xt::view(b, xt::range(e, 2 * e)));
+    v.bias = Vector(xt::view(b, xt::range(2 * e, 3 * e)));
+  }
+  return MultiheadAttention(std::move(q), std::move(k), std::move(v), std::move(o), heads);
 }
 
 }  // namespace attn

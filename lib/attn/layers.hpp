@@ -109,6 +109,14 @@ class MultiheadAttention {
   std::size_t heads_;
 };
 
+// A torch.nn.MultiheadAttention state_dict saved as one .npy file per key in
+// `dir` (np.save(dir + "/" + key + ".npy", tensor.numpy())): in_proj_weight
+// [3E, E] or q_proj_weight, k_proj_weight, v_proj_weight ([E, kdim], [E, vdim]
+// when kdim or vdim != E); out_proj.weight [E, E]; optional in_proj_bias
+// [3E] and out_proj.bias [E]. Every missing file or wrong shape is one Error
+// naming it.
+MultiheadAttention load_state_dict(const std::string& dir, std::size_t num_heads);
+
 // Keys and values of every token decoded so far, per head: [B, H, length, d].
 // Grows by appending (amortised: capacity doubles), so memory is linear in
 // the cached length.

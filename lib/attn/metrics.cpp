@@ -5,7 +5,7 @@
 #include <limits>
 #include <vector>
 
-#include "attn/backends/kernels.hpp"
+#include <cblas.h>
 
 namespace attn {
 
@@ -75,8 +75,10 @@ ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_ac
         const std::size_t rows = std::min(block, sh.n_q - i0);
         const double* q = &in.q(b, h, i0, 0);
         for (std::size_t x = 0; x < rows * d; ++x) abs_q[x] = std::fabs(q[x]);
-        detail::scores_tile<double>(q, k, dots.data(), rows, n_kv, d, 1.0);
-        detail::scores_tile<double>(abs_q.data(), abs_k.data(), mags.data(), rows, n_kv, d, 1.0);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), 1.0, q, int(d), k, int(d), 0.0,
+                    dots.data(), int(n_kv));
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), 1.0, abs_q.data(), int(d),
+                    abs_k.data(), int(d), 0.0, mags.data(), int(n_kv));
         for (std::size_t r = 0; r < rows; ++r) {
           const std::size_t i = i0 + r;
           const auto keys = mask.keys(b, i);

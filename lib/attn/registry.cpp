@@ -1,68 +1,161 @@
 #include "attn/registry.hpp"
 
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <deque>
+#include <mutex>
+
+#include "attn/backend_row.hpp"
 
 extern "C" {
 char* openblas_get_config(void);
 char* openblas_get_corename(void);
 int openblas_get_num_threads(void);
+void openblas_set_num_threads(int);
 }
 
 namespace attn {
+
+std::vector<BackendInfo> builtin_backends();  // backends/builtin.cpp
+
+void set_blas_threads(int n) { openblas_set_num_threads(n); }
+int blas_threads() { return openblas_get_num_threads(); }
 
 std::string blas_info() {
   return std::string(openblas_get_config()) + "; core " + openblas_get_corename() + "; " +
          std::to_string(openblas_get_num_threads()) + " threads";
 }
 
-static_assert([] {
-  bool all = true;
-  for_each_backend([&](auto b) { all = all && AttentionBackend<typename decltype(b)::type>; });
-  return all;
-}());
-
 namespace {
-std::string joined(const std::vector<std::string_view>& names) {
+
+template <class S>
+constexpr PrecisionInfo info_of() {
+  return {precision_traits<S>::name, precision_traits<S>::unit_roundoff, precision_traits<S>::max_finite,
+          default_accumulate<S>, sizeof(S)};
+}
+constexpr std::array<PrecisionInfo, 4> kPrecisions = {info_of<double>(), info_of<float>(), info_of<bf16>(),
+                                                      info_of<fp16>()};
+constexpr std::array<Accumulate, 3> kPolicies = {Accumulate::fp64, Accumulate::fp32, Accumulate::storage};
+
+template <class Rows>
+std::string joined_names(const Rows& rows) {
   std::string s;
-  for (auto n : names) s += (s.empty() ? "" : ", ") + std::string(n);
+  for (const auto& r : rows) s += (s.empty() ? "" : ", ") + std::string(r.name);
   return s;
 }
+
+// The backend table: built-in rows on first use, runtime rows appended
+// (a deque: references to rows stay valid as rows are added).
+struct Table {
+  std::mutex mutex;
+  std::deque<BackendInfo> rows;
+  Table() {
+    for (BackendInfo& b : builtin_backends()) rows.push_back(std::move(b));
+  }
+};
+Table& table() {
+  static Table t;
+  return t;
+}
+
+const BackendInfo& with_trait(bool BackendTraits::*trait, const char* what) {
+  for (const BackendInfo& b : all_backends())
+    if (b.traits.*trait) return b;
+  throw Error(std::string("no registered backend is ") + what);
+}
+
 }  // namespace
 
-std::vector<std::string_view> backend_names() {
-  std::vector<std::string_view> names;
-  for_each_backend([&](auto b) { names.push_back(decltype(b)::type::name); });
-  return names;
+std::span<const PrecisionInfo> precisions() { return kPrecisions; }
+
+const PrecisionInfo& precision_info(std::string_view name) {
+  for (const PrecisionInfo& p : kPrecisions)
+    if (p.name == name) return p;
+  throw Error("unknown precision '" + std::string(name) + "' (known: " + joined_names(kPrecisions) + ")");
 }
 
-std::vector<std::string_view> storage_names() {
-  std::vector<std::string_view> names;
-  for_each_storage([&](auto s) { names.push_back(precision_traits<typename decltype(s)::type>::name); });
-  return names;
+double accumulation_unit_roundoff(const PrecisionInfo& p, Accumulate a) {
+  switch (a) {
+    case Accumulate::fp64: return precision_traits<double>::unit_roundoff;
+    case Accumulate::fp32: return precision_traits<float>::unit_roundoff;  // accumulate_t<S, fp32> is float
+    case Accumulate::storage: return p.unit_roundoff;
+  }
+  return p.unit_roundoff;
 }
+
+double accumulation_max_finite(const PrecisionInfo& p, Accumulate a) {
+  switch (a) {
+    case Accumulate::fp64: return precision_traits<double>::max_finite;
+    case Accumulate::fp32: return precision_traits<float>::max_finite;
+    case Accumulate::storage: return p.max_finite;
+  }
+  return p.max_finite;
+}
+
+std::span<const Accumulate> accumulate_policies() { return kPolicies; }
 
 Accumulate parse_accumulate(std::string_view name) {
-  for (Accumulate a : accumulate_policies)
+  for (Accumulate a : kPolicies)
     if (accumulate_name(a) == name) return a;
   throw Error("unknown accumulation '" + std::string(name) + "' (known: fp64, fp32, storage)");
 }
 
-std::vector<BackendHandle> registered_backends() {
-  std::vector<BackendHandle> handles;
-  for_each_backend([&](auto b) { handles.push_back(handle_of<typename decltype(b)::type>()); });
-  return handles;
+Inputs<double> rounded_to(const PrecisionInfo& p, const Inputs<double>& in) {
+  Inputs<double> out;
+  with_storage(p, [&](auto st) { out = convert_inputs<double>(convert_inputs<typename decltype(st)::type>(in)); });
+  return out;
 }
 
-const BackendHandle& backend_by_name(std::string_view name) {
-  static const std::vector<BackendHandle> handles = registered_backends();
-  for (const BackendHandle& h : handles)
-    if (h.name == name) return h;
-  throw Error("unknown backend '" + std::string(name) + "' (registered: " + joined(backend_names()) + ")");
+double BackendInfo::unit_roundoff(const PrecisionInfo& p, Accumulate a) const {
+  return traits.exact ? 0x1p-166 : accumulation_unit_roundoff(p, a);
 }
 
-RunReport run_by_name(std::string_view backend, std::string_view precision, Accumulate acc,
-                      const Inputs<double>& in, const Options& opt, const CallObserver& obs,
-                      std::size_t warm_repeats) {
-  return backend_by_name(backend).run(precision, acc, in, opt, obs, warm_repeats);
+RunReport BackendInfo::run(std::string_view precision, Accumulate acc, const Inputs<double>& in, const Options& opt,
+                           const CallObserver& obs, std::size_t warm_repeats) const {
+  const PrecisionInfo& p = precision_info(precision);
+  RunReport report;
+  report.rounded_inputs = rounded_to(p, in);
+  const std::unique_ptr<PreparedCall> call = prepare(p, acc, report.rounded_inputs, opt);
+  if (obs.before) obs.before();
+  const auto t0 = std::chrono::steady_clock::now();
+  call->call();  // cold: the workspace's allocation and first touch are part of it
+  const auto t1 = std::chrono::steady_clock::now();
+  if (obs.after) obs.after();
+  report.seconds = std::chrono::duration<double>(t1 - t0).count();
+  report.out = call->out();
+  report.weights = call->weights();
+  report.lse = call->lse();
+  report.workspace_bytes = call->workspace_bytes();
+  for (std::size_t rep = 0; rep < warm_repeats; ++rep) {
+    const auto w0 = std::chrono::steady_clock::now();
+    call->call();
+    report.warm_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+  }
+  report.u_acc = unit_roundoff(p, acc);
+  report.u_store = p.unit_roundoff;
+  report.traits = traits;
+  return report;
+}
+
+const std::deque<BackendInfo>& all_backends() { return table().rows; }
+
+const BackendInfo& backend_info(std::string_view name) {
+  for (const BackendInfo& b : all_backends())
+    if (b.name == name) return b;
+  throw Error("unknown backend '" + std::string(name) + "' (registered: " + joined_names(all_backends()) + ")");
+}
+
+const BackendInfo& exact_backend() { return with_trait(&BackendTraits::exact, "exact (the ground truth)"); }
+const BackendInfo& baseline_backend() { return with_trait(&BackendTraits::baseline, "the baseline"); }
+
+void add_backend(BackendInfo row) {
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  for (const BackendInfo& b : t.rows)
+    if (b.name == row.name) throw Error("a backend named '" + row.name + "' is registered already");
+  if (!row.prepare || !row.workspace_bytes) throw Error("backend '" + row.name + "': prepare and workspace_bytes are required");
+  t.rows.push_back(std::move(row));
 }
 
 }  // namespace attn

@@ -12,8 +12,8 @@ namespace attn::backends {
 
 struct Blocked {
   static constexpr std::string_view name = "blocked";
-  static constexpr bool uses_blas = true;  // OpenBLAS threads it when more than one thread is allowed
   static constexpr std::string_view description = "query blocks of B_q rows, a B_q x n_kv slab each, GEMM";
+  static constexpr BackendTraits traits{.tiled = true, .uses_blas = true};
   static constexpr std::size_t default_block_q = 64;
 
   template <class S, Accumulate P>

@@ -1,7 +1,7 @@
 #include "attn/backends/math.hpp"
 
 #include "attn/backends/slab_kernel.hpp"
-#include "attn/registry.hpp"
+#include "attn/instantiate.hpp"
 
 namespace attn::backends {
 

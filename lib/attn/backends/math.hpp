@@ -12,8 +12,8 @@ namespace attn::backends {
 
 struct Math {
   static constexpr std::string_view name = "math";
-  static constexpr bool uses_blas = true;  // OpenBLAS threads it when more than one thread is allowed
   static constexpr std::string_view description = "full score matrix, Q K^T and P V as BLAS GEMM";
+  static constexpr BackendTraits traits{.uses_blas = true};
 
   template <class S, Accumulate P>
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);

@@ -11,6 +11,7 @@ struct Naive {
   static constexpr std::string_view name = "naive";
   static constexpr std::string_view description =
       "full score matrix in loops, max-shifted softmax per row";
+  static constexpr BackendTraits traits{.baseline = true};
 
   template <class S, Accumulate P>
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);

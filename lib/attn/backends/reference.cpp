@@ -4,7 +4,7 @@
 
 #include "attn/backends/naive_kernel.hpp"
 #include "attn/double_double.hpp"
-#include "attn/registry.hpp"
+#include "attn/instantiate.hpp"
 
 namespace attn::backends {
 
@@ -36,11 +36,6 @@ Result<double> compensated_reference_attention(const Inputs<double>& in, const O
 
 double reference_cost(const Shape& s) {
   return double(s.batch * s.heads * s.n_q * s.n_kv) * double(s.d_k + s.d_v + 100);
-}
-
-GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double budget) {
-  if (reference_cost(in.shape()) <= budget) return {reference_attention(in, opt), true};
-  return {compensated_reference_attention(in, opt), false};
 }
 
 ATTN_INSTANTIATE_BACKEND(Reference)

@@ -12,7 +12,7 @@ struct Reference {
   static constexpr std::string_view name = "reference";
   static constexpr std::string_view description =
       "the naive algorithm in 50-digit arithmetic (Boost.Multiprecision): the ground truth";
-  static constexpr bool exact = true;
+  static constexpr BackendTraits traits{.exact = true};
 
   // The accumulation policy is ignored: the reference always computes in 50 digits.
   template <class S, Accumulate P>
@@ -34,13 +34,7 @@ Result<double> compensated_reference_attention(const Inputs<double>& in, const O
 // What the 50-digit reference costs, in multiply-add equivalents (an exp is
 // about 100): B H n_q n_kv (d_k + d_v + 100); about 1 us each here.
 double reference_cost(const Shape& s);
-
-// The ground truth of every comparison: 50 digits while reference_cost <=
-// budget, the compensated double reference beyond.
-struct GroundTruth {
-  Result<double> result;
-  bool exact = true;  // 50 digits; false: compensated double
-};
-GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double budget = 4e6);
+// The largest reference_cost the suite spends on 50 digits by default (a few seconds).
+inline constexpr double reference_budget = 4e6;
 
 }  // namespace attn::backends

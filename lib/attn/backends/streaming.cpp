@@ -5,7 +5,7 @@
 #include "attn/backends/kernels.hpp"
 #include "attn/backends/microkernel.hpp"
 #include "attn/parallel.hpp"
-#include "attn/registry.hpp"
+#include "attn/instantiate.hpp"
 
 namespace attn::backends {
 

@@ -23,11 +23,13 @@ namespace attn::backends {
 
 struct Streaming {
   static constexpr std::string_view name = "streaming";
-  static constexpr bool uses_blas = true;  // OpenBLAS threads it when more than one thread is allowed
   static constexpr std::string_view description =
       "online softmax over B_k-key tiles (FlashAttention-2), O(B_q*B_k) memory";
+  // Weights are rebuilt from the logsumexp (see above); the tiles of other
+  // accumulation types are OpenBLAS GEMMs.
+  static constexpr BackendTraits traits{.weights_from_lse = true, .tiled = true, .own_threads = true,
+                                        .uses_blas = true, .memory_independent_of_n = true};
   static constexpr std::size_t default_block_q = 256, default_block_k = 64;
-  static constexpr bool weights_from_lse = true;  // weights are rebuilt, see above
 
   template <class S, Accumulate P>
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);

@@ -7,11 +7,27 @@
 
 namespace attn::claims {
 
+Verdict reference_precision_ranking(const Config& cfg);
+
+// The claim, its source and its criterion (written before the experiment ran).
+ATTN_CLAIM(.id = "reference-rank",
+           .source = "this project's own hypothesis, after the practice of FlashAttention's tests "
+                     "(Dao-AILab/flash-attention, tests/test_flash_attn.py), which judge a kernel against a "
+                     "reference upcast to fp32 from the low-precision inputs, never a low-precision one",
+           .quote = "ranking two implementations by their error against a bf16 reference can invert the ranking against an "
+                    "fp64 / multiprecision reference",
+           .statement = "a low-precision reference can rank implementations wrongly",
+           .experiment = "streaming and naive in fp32 on 20 random problems (B = H = 1, n_q = 32, n_kv = 48, d = 32): max error "
+                         "against the 50-digit reference of the bf16-rounded inputs rounded to bf16, and against 50 digits",
+           .criterion = "holds (the inversion happens) if at least one problem ranks the two differently; does not hold if none",
+           .run = reference_precision_ranking)
+
+
 Verdict reference_precision_ranking(const Config& cfg) {
   Verdict v;
   const std::size_t problems = cfg.smoke() ? 4 : 20;
-  const BackendHandle &a = backend_by_name("streaming"), &b = backend_by_name("naive"),
-                      &reference = backend_by_name("reference");
+  const BackendInfo &a = flash_backend(), &b = baseline_backend(),
+                      &reference = exact_backend();
   int inversions = 0;
   for (std::size_t p = 0; p < problems; ++p) {
     const Inputs<double> in = random_inputs({1, 1, 32, 48, 32, 32}, cfg.seed + p);

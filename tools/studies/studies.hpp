@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attn/registry.hpp"
+#include "common/json.hpp"
 
 namespace attn {
 
@@ -28,8 +29,8 @@ std::vector<AccuracyProblem> accuracy_problems(const std::string& profile);
 // policy, on each problem (seeded 1000 + index), against the ground truth of
 // the inputs rounded to that precision; plus emulated FP8 (e4m3, e5m2):
 // inputs and output quantised with a power-of-two scale per tensor, the
-// backend computing in fp32. One JSON object per line of "points".
-std::string accuracy_sweep_json(const std::vector<AccuracyProblem>& problems, const Progress& progress);
+// backend computing in fp32. {"kind": "accuracy", "points": [...]}.
+Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress& progress);
 
 struct EntropyRow {
   std::size_t d = 0;
@@ -40,10 +41,10 @@ struct EntropyRow {
 // EXAMPLES.md E7: `draws` independent (query, `keys` keys) with iid N(0, 1)
 // entries per d, through backend `b` in `precision`: the mean entropy of
 // softmax(q.k) and of softmax(q.k / sqrt(d)), and the variances of the scores.
-std::vector<EntropyRow> entropy_study(const BackendHandle& b, std::string_view precision,
+std::vector<EntropyRow> entropy_study(const BackendInfo& b, const PrecisionInfo& precision,
                                       const std::vector<std::size_t>& dims, std::size_t draws, std::size_t keys,
                                       std::uint64_t seed);
-std::string entropy_json(const std::vector<EntropyRow>& rows, std::string_view backend, std::string_view precision,
-                         std::size_t draws, std::size_t keys, std::uint64_t seed);
+Json entropy_json(const std::vector<EntropyRow>& rows, std::string_view backend, std::string_view precision,
+                  std::size_t draws, std::size_t keys, std::uint64_t seed);
 
 }  // namespace attn

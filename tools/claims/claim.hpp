@@ -1,6 +1,9 @@
 // The claims ledger: published statements about attention, each an
 // experiment with a criterion fixed before it runs and a measured verdict.
-// A claim is one .cpp file in lib/claims/ plus one line in registry.cpp.
+// A claim is one .cpp file in tools/claims/: its metadata (id, source,
+// quote, statement, experiment, criterion) in an ATTN_CLAIM entry beside the
+// experiment's code, registered at start-up (the claims library is linked
+// whole, so every file's entry is kept).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "attn/studies.hpp"
+#include "attn/verify.hpp"
+#include "studies/studies.hpp"
 
 namespace attn::claims {
 
@@ -53,24 +57,24 @@ struct Claim {
   Verdict (*run)(const Config&);
 };
 
+// Every registered claim, ordered by id.
 const std::vector<Claim>& all_claims();
+
+// Adds a claim to the ledger at start-up (through ATTN_CLAIM); a second
+// claim with the same id is a programming error reported at the first
+// all_claims().
+struct Registration {
+  explicit Registration(const Claim& c);
+};
+#define ATTN_CLAIM(...) \
+  static const ::attn::claims::Registration attn_claim_registration{::attn::claims::Claim{__VA_ARGS__}};
+
+// The backends claims compare, chosen by trait: the textbook baseline, the
+// online-softmax (FlashAttention) one (memory independent of n), the exact one.
+const BackendInfo& flash_backend();
 
 // True when cfg can measure the heap; otherwise sets v inconclusive, saying why.
 bool heap_measurable(const Config& cfg, Verdict& v);
-std::string to_json(const Claim& c, const Verdict& v, double seconds);
-
-// The claims, one per file.
-Verdict variance_of_scores(const Config&);
-Verdict entropy_collapse(const Config&);
-Verdict score_matrix_memory(const Config&);
-Verdict flash_error_at_most_twice(const Config&);
-Verdict fp16_pv_accumulation(const Config&);
-Verdict softmax_saturation(const Config&);
-Verdict unshifted_overflow(const Config&);
-Verdict reference_precision_ranking(const Config&);
-Verdict memory_savings(const Config&);
-Verdict golden_bf16_deviation(const Config&);
-Verdict online_normalizer(const Config&);
-Verdict fp8_incoherent_processing(const Config&);
+Json to_json(const Claim& c, const Verdict& v, double seconds);
 
 }  // namespace attn::claims

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "common/json.hpp"
+
 namespace attn {
 
 struct MachinePeak {
@@ -26,10 +28,7 @@ struct MachinePeak {
 
 // Takes a few seconds: best of several repetitions of each probe.
 MachinePeak measure_peak();
-std::string to_json(const MachinePeak& p);
+Json to_json(const MachinePeak& p);
 
 // Threads OpenBLAS may use from now on (1 for single-thread measurements).
-void set_blas_threads(int n);
-int blas_threads();
-
 }  // namespace attn

@@ -1,4 +1,4 @@
-#include "attn/machine.hpp"
+#include "studies/machine.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -12,15 +12,7 @@
 #include "attn/registry.hpp"
 #include "attn/xt.hpp"
 
-extern "C" {
-void openblas_set_num_threads(int);
-int openblas_get_num_threads(void);
-}
-
 namespace attn {
-
-void set_blas_threads(int n) { openblas_set_num_threads(n); }
-int blas_threads() { return openblas_get_num_threads(); }
 
 namespace {
 
@@ -148,26 +140,24 @@ MachinePeak measure_peak() {
   return p;
 }
 
-std::string to_json(const MachinePeak& p) {
-  char buf[8192];
-  auto esc = [](const std::string& s) {
-    std::string r;
-    for (char c : s) r += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-    return r;
-  };
-  std::snprintf(buf, sizeof buf,
-                "{\"cpu\":\"%s\",\"cpu_flags\":\"%s\",\"cores\":%u,\"simd\":\"%s\",\"blas\":\"%s\","
-                "\"fp32_fma_gflops_core\":%.2f,\"fp32_fma_gflops_all\":%.2f,"
-                "\"fp64_fma_gflops_core\":%.2f,\"fp64_fma_gflops_all\":%.2f,"
-                "\"sgemm_gflops_1024\":%.2f,\"sgemm_gflops_2048\":%.2f,"
-                "\"dgemm_gflops_1024\":%.2f,\"dgemm_gflops_2048\":%.2f,"
-                "\"sgemm_attention_gflops_d64\":%.2f,\"sgemm_attention_gflops_d128\":%.2f,"
-                "\"triad_gbs_core\":%.2f,\"triad_gbs_all\":%.2f}",
-                esc(p.cpu).c_str(), esc(p.cpu_flags).c_str(), p.cores, esc(p.simd).c_str(), esc(p.blas).c_str(), p.fp32_fma_gflops_core,
-                p.fp32_fma_gflops_all, p.fp64_fma_gflops_core, p.fp64_fma_gflops_all, p.sgemm_gflops_1024,
-                p.sgemm_gflops_2048, p.dgemm_gflops_1024, p.dgemm_gflops_2048, p.sgemm_attention_gflops_d64,
-                p.sgemm_attention_gflops_d128, p.triad_gbs_core, p.triad_gbs_all);
-  return buf;
+Json to_json(const MachinePeak& p) {
+  return {{"cpu", p.cpu},
+          {"cpu_flags", p.cpu_flags},
+          {"cores", p.cores},
+          {"simd", p.simd},
+          {"blas", p.blas},
+          {"fp32_fma_gflops_core", p.fp32_fma_gflops_core},
+          {"fp32_fma_gflops_all", p.fp32_fma_gflops_all},
+          {"fp64_fma_gflops_core", p.fp64_fma_gflops_core},
+          {"fp64_fma_gflops_all", p.fp64_fma_gflops_all},
+          {"sgemm_gflops_1024", p.sgemm_gflops_1024},
+          {"sgemm_gflops_2048", p.sgemm_gflops_2048},
+          {"dgemm_gflops_1024", p.dgemm_gflops_1024},
+          {"dgemm_gflops_2048", p.dgemm_gflops_2048},
+          {"sgemm_attention_gflops_d64", p.sgemm_attention_gflops_d64},
+          {"sgemm_attention_gflops_d128", p.sgemm_attention_gflops_d128},
+          {"triad_gbs_core", p.triad_gbs_core},
+          {"triad_gbs_all", p.triad_gbs_all}};
 }
 
 }  // namespace attn

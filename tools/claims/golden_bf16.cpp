@@ -9,9 +9,26 @@
 
 namespace attn::claims {
 
+Verdict golden_bf16_deviation(const Config& cfg);
+
+// The claim, its source and its criterion (written before the experiment ran).
+ATTN_CLAIM(.id = "golden-bf16",
+           .source = "Golden et al. 2024, 'Is Flash Attention Stable?'",
+           .quote = "at BF16, Flash Attention sees roughly an order of magnitude more numeric deviation as compared to Baseline "
+                    "Attention (isolated forward pass)",
+           .statement = "with bf16 inputs, the online-softmax algorithm deviates ~10x more from a high-precision run than the "
+                        "baseline algorithm",
+           .experiment = "streaming (flash) vs naive (baseline), bf16 inputs and outputs, causal, B = 1, H = 2, d = 64, n = 256 and "
+                         "1024, B_q = 64, B_k = 16, 64, 256; bf16 intermediates (accumulate storage) and fp32 intermediates; "
+                         "deviation: max |O - O_golden|, O_golden the exact attention of the bf16 inputs",
+           .criterion = "holds if the median (over the sweep) deviation ratio flash / baseline with bf16 intermediates lies in "
+                        "[3, 30]; inconclusive if the baseline's deviation is 0; does not hold otherwise",
+           .run = golden_bf16_deviation)
+
+
 Verdict golden_bf16_deviation(const Config& cfg) {
   Verdict v;
-  const BackendHandle &flash = backend_by_name("streaming"), &baseline = backend_by_name("naive");
+  const BackendInfo &flash = flash_backend(), &baseline = baseline_backend();
   std::vector<std::size_t> ns = cfg.smoke() ? std::vector<std::size_t>{64} : std::vector<std::size_t>{256, 1024};
   std::vector<double> ratios_bf16, ratios_fp32;
   for (std::size_t n : ns)
@@ -23,12 +40,11 @@ Verdict golden_bf16_deviation(const Config& cfg) {
       opt.block_k = block;
       // The golden run: the exact attention of the bf16 inputs (their metric: deviation from high precision).
       const RunReport f16 = flash.run("bf16", Accumulate::storage, in, opt, {}, 0);
-      const auto golden = backends::ground_truth(f16.rounded_inputs, opt);
+      const GroundTruth golden = ground_truth(f16.rounded_inputs, opt, f16.u_store);
       for (const Accumulate acc : {Accumulate::storage, Accumulate::fp32}) {
         const RunReport f = acc == Accumulate::storage ? f16 : flash.run("bf16", acc, in, opt, {}, 0);
         const RunReport b = baseline.run("bf16", acc, in, opt, {}, 0);
-        const double df = compare(f.out, golden.result.out, f.u_store).max_abs;
-        const double db = compare(b.out, golden.result.out, b.u_store).max_abs;
+        const double df = verify(f, opt, golden).out.max_abs, db = verify(b, opt, golden).out.max_abs;
         const std::string tag = "n=" + std::to_string(n) + " B_k=" + std::to_string(block) +
                                 (acc == Accumulate::storage ? " bf16 intermediates" : " fp32 intermediates");
         v.figures.push_back({tag + " flash", df});

@@ -1,0 +1,90 @@
+// A registry row made from a backend type: the bridge from the compile-time
+// backends (AttentionBackend) to the table of values in registry.hpp. Used by
+// backends/builtin.cpp for the built-in rows and by tests for their own
+// (mutant) backends; nothing else needs the storage types at compile time.
+#pragma once
+
+#include <type_traits>
+
+#include "attn/registry.hpp"
+
+namespace attn {
+
+template <class... Ts>
+struct type_list {};
+using Storages = type_list<double, float, bf16, fp16>;
+
+// f(std::type_identity<S>{}) for the storage type S named by `p`.
+template <class F, class... Ts>
+void with_storage_in(const PrecisionInfo& p, F&& f, type_list<Ts...>) {
+  bool found = false;
+  ((found = found || (precision_traits<Ts>::name == p.name ? (f(std::type_identity<Ts>{}), true) : false)), ...);
+  if (!found) throw Error("precision '" + std::string(p.name) + "' has no storage type");
+}
+template <class F>
+void with_storage(const PrecisionInfo& p, F&& f) {
+  with_storage_in(p, f, Storages{});
+}
+
+// f.template operator()<P>() for the policy `a`.
+template <class F>
+void with_accumulate(Accumulate a, F&& f) {
+  switch (a) {
+    case Accumulate::fp64: return f.template operator()<Accumulate::fp64>();
+    case Accumulate::fp32: return f.template operator()<Accumulate::fp32>();
+    case Accumulate::storage: return f.template operator()<Accumulate::storage>();
+  }
+}
+
+template <AttentionBackend B, class S, Accumulate P>
+class TypedCall final : public PreparedCall {
+ public:
+  TypedCall(Inputs<S> in, const Options& opt) : in_(std::move(in)), opt_(opt) {}
+  void call() override { last_ = B::template run<S, P>(in_, opt_, ws_); }
+  void release_workspace() override { ws_ = Workspace{}; }
+  xt::xtensor<double, 4> out() const override { return convert_tensor<double>(last_.out); }
+  std::optional<xt::xtensor<double, 4>> weights() const override { return last_.weights; }
+  std::optional<xt::xtensor<double, 3>> lse() const override { return last_.lse; }
+  std::size_t workspace_bytes() const override { return last_.workspace_bytes; }
+  bool out_finite() const override {
+    for (const S& x : last_.out)
+      if (!std::isfinite(static_cast<double>(x))) return false;
+    return true;
+  }
+
+ private:
+  Inputs<S> in_;
+  Options opt_;
+  Workspace ws_;
+  Result<S> last_;
+};
+
+template <AttentionBackend B>
+BackendInfo row_of() {
+  BackendInfo row;
+  row.name = std::string(B::name);
+  row.description = std::string(B::description);
+  row.traits = B::traits;
+  row.prepare = [](const PrecisionInfo& p, Accumulate a, const Inputs<double>& in,
+                   const Options& opt) -> std::unique_ptr<PreparedCall> {
+    std::unique_ptr<PreparedCall> call;
+    with_storage(p, [&](auto st) {
+      using S = typename decltype(st)::type;
+      Inputs<S> rounded = convert_inputs<S>(in);
+      validate(rounded, opt);
+      with_accumulate(a, [&]<Accumulate P>() { call = std::make_unique<TypedCall<B, S, P>>(std::move(rounded), opt); });
+    });
+    return call;
+  };
+  row.workspace_bytes = [](const PrecisionInfo& p, Accumulate a, const Shape& s, const Options& opt) {
+    std::size_t bytes = 0;
+    with_storage(p, [&](auto st) {
+      using S = typename decltype(st)::type;
+      with_accumulate(a, [&]<Accumulate P>() { bytes = B::template workspace_bytes<S, P>(s, opt); });
+    });
+    return bytes;
+  };
+  return row;
+}
+
+}  // namespace attn

@@ -1,0 +1,139 @@
+#include "attn/verify.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace attn {
+
+std::string_view truth_name(TruthKind k) {
+  switch (k) {
+    case TruthKind::digits50: return "mp50";
+    case TruthKind::fp64_gemm: return "fp64-gemm";
+    case TruthKind::double_double: return "double-double";
+  }
+  return "?";
+}
+
+Result<double> fp64_gemm_attention(const Inputs<double>& in, const Options& opt) {
+  const Shape sh = in.shape();
+  const MaskView mask(opt.mask, sh);
+  const double scale = opt.resolved_scale(sh), inf = std::numeric_limits<double>::infinity();
+  const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
+  Result<double> r;
+  r.out = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, n_q, d_v});
+  r.lse = xt::xtensor<double, 3>::from_shape({sh.batch, sh.heads, n_q});
+  if (opt.need_weights) r.weights = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, n_q, n_kv});
+  const std::size_t block = std::max<std::size_t>(1, std::min<std::size_t>(256, n_q));
+  std::vector<double> s(block * n_kv);
+  for (std::size_t b = 0; b < sh.batch; ++b)
+    for (std::size_t h = 0; h < sh.heads; ++h) {
+      const double* k = &in.k(b, h, 0, 0);
+      const double* v = &in.v(b, h, 0, 0);
+      for (std::size_t i0 = 0; i0 < n_q; i0 += block) {
+        const std::size_t rows = std::min(block, n_q - i0);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d_k), scale, &in.q(b, h, i0, 0),
+                    int(d_k), k, int(d_k), 0.0, s.data(), int(n_kv));
+        for (std::size_t row = 0; row < rows; ++row) {
+          const std::size_t i = i0 + row;
+          double* p = s.data() + row * n_kv;
+          const MaskView::Range keys = mask.keys(b, i);
+          double m = -inf;
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            if (j < keys.begin || j >= keys.end) p[j] = -inf;
+            else if (mask.elementwise()) p[j] += mask.offset(i, j);
+            m = std::max(m, p[j]);
+          }
+          if (m == -inf) {  // a fully masked row: output 0, weights 0, lse -inf
+            std::fill(p, p + n_kv, 0.0);
+            (*r.lse)(b, h, i) = -inf;
+            continue;
+          }
+          double sum = 0;
+          for (std::size_t j = 0; j < n_kv; ++j) sum += p[j] = std::exp(p[j] - m);
+          (*r.lse)(b, h, i) = m + std::log(sum);
+          for (std::size_t j = 0; j < n_kv; ++j) p[j] /= sum;
+        }
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d_v), int(n_kv), 1.0, s.data(), int(n_kv),
+                    v, int(d_v), 0.0, &r.out(b, h, i0, 0), int(d_v));
+        if (r.weights) std::copy(s.begin(), s.begin() + std::ptrdiff_t(rows * n_kv), &(*r.weights)(b, h, i0, 0));
+      }
+    }
+  return r;
+}
+
+namespace {
+double max_abs(const auto& t) {
+  double m = 0;
+  for (double x : t)
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  return m;
+}
+}  // namespace
+
+GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double u_store, double budget) {
+  constexpr double u = 0x1p-53;
+  Options all = opt;
+  all.need_weights = all.need_lse = true;
+  GroundTruth t;
+  if (backends::reference_cost(in.shape()) <= budget) {
+    t.result = backends::reference_attention(in, all);
+    t.kind = TruthKind::digits50;
+    // 50 digits, then rounded once to double.
+    t.out_error = u * max_abs(t.result.out);
+    t.lse_error = u * max_abs(*t.result.lse);
+    t.weights_error = u;
+  } else if (u_store >= 0x1p-24 || backends::reference_cost(in.shape()) > 20 * budget) {
+    all.need_weights = opt.need_weights;  // an n_q x n_kv tensor per head: only when asked
+    t.result = fp64_gemm_attention(in, all);
+    t.kind = TruthKind::fp64_gemm;
+    const ErrorBound b = error_bound(in, all, u, u);
+    t.out_error = b.out;
+    t.lse_error = b.lse;
+    t.weights_error = b.weights;
+  } else {
+    t.result = backends::compensated_reference_attention(in, all);
+    t.kind = TruthKind::double_double;
+    // Dots and sums in ~106 bits; exp (relative error <= u), the sum's
+    // rounding and the division make each weight within 4u relative, so
+    // |dO| <= 4u max|V| plus the final rounding: 5u max|V|; lse = m + log(sum):
+    // 2u (|lse| + log n_kv).
+    t.out_error = 5 * u * max_abs(in.v);
+    t.lse_error = 2 * u * (max_abs(*t.result.lse) + std::log(double(in.shape().n_kv)));
+    t.weights_error = 5 * u;
+  }
+  return t;
+}
+
+Check verify(const RunReport& r, const Options& opt, const GroundTruth& t) {
+  Check c;
+  c.truth = t.kind;
+  c.bound = error_bound(r.rounded_inputs, opt, r.u_acc, r.u_store);
+  c.out = compare(r.out, t.result.out, r.u_store);
+  c.tolerance_out = c.bound.out + t.out_error;
+  c.informative = c.bound.out < 2 * max_abs(r.rounded_inputs.v);
+  c.within = c.out.max_abs <= c.tolerance_out && c.out.all_finite_where_ref_finite;
+  if (r.lse && t.result.lse) {
+    c.lse = compare(*r.lse, *t.result.lse, r.u_acc);
+    c.tolerance_lse = c.bound.lse + t.lse_error;
+    c.within = c.within && c.lse.max_abs <= c.tolerance_lse;
+  }
+  if (r.weights && t.result.weights) {
+    const bool rebuilt = r.traits.weights_from_lse;
+    c.weights = compare(*r.weights, *t.result.weights, r.u_acc);
+    c.tolerance_weights = (rebuilt ? c.bound.weights_from_lse : c.bound.weights) + t.weights_error;
+    c.row_sum_error = max_row_sum_error(*r.weights);
+    c.tolerance_row_sum = rebuilt ? c.bound.row_sum_from_lse : c.bound.row_sum;
+    c.within = c.within && c.weights.max_abs <= c.tolerance_weights && c.row_sum_error <= c.tolerance_row_sum;
+  }
+  return c;
+}
+
+Check verify(const RunReport& r, const Options& opt, double budget) {
+  return verify(r, opt, ground_truth(r.rounded_inputs, opt, r.u_store, budget));
+}
+
+}  // namespace attn

@@ -1,0 +1,172 @@
+// attn-lab attend: one backend on .npy files or random tensors.
+#include <cstdio>
+
+#include "attn/alloc_counter.hpp"
+#include "attn/npy.hpp"
+#include "attn/random.hpp"
+#include "attn/verify.hpp"
+#include "cli/command.hpp"
+#include "cli/parse.hpp"
+
+namespace attn::cli {
+namespace {
+
+struct LoadedInputs {
+  Inputs<double> in;
+  std::size_t rank = 4;  // of the files (the outputs get the same)
+};
+
+LoadedInputs inputs_of(const Args& args) {
+  const bool files = args.has("--q") || args.has("--k") || args.has("--v");
+  if (files && args.has("--random")) throw Error("give either --q/--k/--v or --random, not both");
+  LoadedInputs r;
+  if (files) {
+    for (const char* o : {"--q", "--k", "--v"})
+      if (!args.has(o)) throw Error(std::string(o) + " is missing (--q, --k and --v go together)");
+    NpyTensor q = load_npy(args.str("--q"), "--q"), k = load_npy(args.str("--k"), "--k"),
+              v = load_npy(args.str("--v"), "--v");
+    if (k.rank != q.rank || v.rank != q.rank) throw Error("--q, --k and --v must have the same number of dimensions");
+    r.rank = q.rank;
+    r.in = {std::move(q.data), std::move(k.data), std::move(v.data)};
+  } else if (args.has("--random")) {
+    const auto d = parse_counts(args.str("--random"), 6, "--random", "B,H,NQ,NKV,DK,DV");
+    r.in = random_inputs({d[0], d[1], d[2], d[3], d[4], d[5]}, args.count("--seed", 0), args.real("--logit-scale", 1.0));
+  } else {
+    throw Error("no inputs: give --q/--k/--v files or --random B,H,NQ,NKV,DK,DV");
+  }
+  return r;
+}
+
+int run(const Args& args) {
+  refuse_overwrite(args, {"--out", "--weights", "--lse"});
+  const LoadedInputs loaded = inputs_of(args);
+  const Shape shape = loaded.in.shape();
+  const bool check = args.flag("--check");
+  Options opt;
+  if (args.has("--scale")) opt.scale = args.real("--scale", 0);
+  opt.mask = parse_mask(args.str("--mask", "none"), shape.batch);
+  opt.block_q = args.count("--block-q", 0);
+  opt.block_k = args.count("--block-k", 0);
+  opt.threads = threads_option(args);
+  opt.allow_nonfinite = args.flag("--allow-nonfinite");
+  opt.need_weights = args.has("--weights") || check;
+  opt.need_lse = args.has("--lse") || check;
+
+  const BackendInfo& backend = backend_info(args.str("--backend", "naive"));
+  const PrecisionInfo& precision = precision_info(args.str("--precision", "fp32"));
+  const Accumulate acc = accumulate_option(args, precision);
+  std::size_t peak = 0;
+  heap::Watch watch;
+  const RunReport r = backend.run(precision.name, acc, loaded.in, opt,
+                                  {[&] { watch = heap::Watch{}; }, [&] { peak = watch.peak_growth(); }},
+                                  args.count("--repeat", 0));
+  const double warm_median = median(r.warm_seconds);
+  if (args.has("--out")) save_with_rank(args.str("--out"), r.out, loaded.rank);
+  if (args.has("--weights") && r.weights) save_with_rank(args.str("--weights"), *r.weights, loaded.rank);
+  if (args.has("--lse") && r.lse) save_with_rank(args.str("--lse"), *r.lse, loaded.rank - 1);
+
+  const double row_sum = r.weights ? max_row_sum_error(*r.weights) : NAN;
+  Check c;
+  if (check) c = verify(r, opt);
+
+  if (args.flag("--json")) {
+    Json j = {{"backend", backend.name},
+              {"precision", precision.name},
+              {"accumulate", accumulate_name(acc)},
+              {"shape",
+               {{"batch", shape.batch}, {"heads", shape.heads}, {"n_q", shape.n_q}, {"n_kv", shape.n_kv},
+                {"d_k", shape.d_k}, {"d_v", shape.d_v}}},
+              {"mask", mask_name(opt.mask)},
+              {"scale", opt.resolved_scale(shape)},
+              {"seconds", r.seconds},
+              {"warm_seconds_median", warm_median},
+              {"warm_calls", r.warm_seconds.size()},
+              {"peak_bytes", peak},
+              {"workspace_bytes", r.workspace_bytes},
+              {"max_row_sum_error", row_sum}};
+    if (check) {
+      j["truth"] = truth_name(c.truth);
+      j["max_abs_error"] = c.out.max_abs;
+      j["max_rel_error"] = c.out.max_rel;
+      j["max_ulps"] = c.out.max_ulps;
+      j["error_bound"] = c.bound.out;
+      j["tolerance"] = c.tolerance_out;
+      j["lse_max_abs_error"] = c.lse.max_abs;
+      j["lse_error_bound"] = c.bound.lse;
+      j["weights_max_abs_error"] = c.weights.max_abs;
+      j["weights_tolerance"] = c.tolerance_weights;
+      j["informative"] = c.informative;
+      j["within_bound"] = c.within;
+    }
+    print_json(j);
+  } else {
+    std::printf("%s %s (accumulate %s), %s, mask %s\n", backend.name.c_str(), std::string(precision.name).c_str(),
+                std::string(accumulate_name(acc)).c_str(), to_string(shape).c_str(), mask_name(opt.mask).c_str());
+    std::printf("  time %.6f s (cold call), peak heap %zu bytes, workspace %zu bytes\n", r.seconds, peak,
+                r.workspace_bytes);
+    if (!r.warm_seconds.empty()) std::printf("  warm calls: median %.6f s of %zu\n", warm_median, r.warm_seconds.size());
+    if (r.weights) std::printf("  max |row sum - 1| %.3g\n", row_sum);
+    if (check)
+      std::printf("  max |O - truth| %.3g (%.3g ulps of %s; truth %s), tolerance %.3g: %s\n", c.out.max_abs,
+                  c.out.max_ulps, std::string(precision.name).c_str(), std::string(truth_name(c.truth)).c_str(),
+                  c.tolerance_out, c.within ? "within" : "EXCEEDED");
+  }
+  if (check && !c.within) {
+    std::fprintf(stderr, "attn-lab: error against the ground truth exceeds the derived bound\n");
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern const Command attend_command = {
+    "attend",
+    "  attn-lab attend [options]  run one backend on .npy files or random tensors\n",
+    R"(attn-lab attend: one backend on .npy files or random tensors.
+
+inputs (one of):
+  --q Q.npy --k K.npy --v V.npy  float64, float32 or float16, C order; shapes [n, d],
+                                 [heads, n, d] or [batch, heads, n, d], the same rank for all
+  --random B,H,NQ,NKV,DK,DV      iid N(0, 1) tensors of that shape
+    --seed S                     seed of --random (default 0)
+    --logit-scale X              multiplies Q, so scaled scores have std X (default 1)
+what to compute:
+  --backend NAME                 see `attn-lab list` (default naive)
+  --precision P                  fp64|fp32|bf16|fp16 storage; inputs are rounded to it (default fp32)
+  --accumulate A                 fp64|fp32|storage (default: the precision's, see `attn-lab list`)
+  --scale X                      score scale (default 1/sqrt(d_k))
+  --mask M                       none | causal | window:W | keypad:LENGTHS.npy (one valid key
+                                 count per batch) | bool:ALLOWED.npy ([n_q, n_kv], nonzero =
+                                 visible) | bias:BIAS.npy ([n_q, n_kv] added to the scaled
+                                 scores; -inf masks). Causal and window align bottom-right:
+                                 query i sees key j iff j <= i + n_kv - n_q.
+  --block-q N, --block-k N       block sizes of tiled backends (default: theirs)
+  --threads N                    threads: backends with their own workers run N over batch x heads
+                                 x query blocks; BLAS backends let OpenBLAS use N (default 1)
+  --allow-nonfinite              accept Inf/NaN in Q, K, V instead of rejecting them
+  --repeat N                     after the first (cold) call, N more calls reusing its warm
+                                 workspace; reports their median as warm seconds
+outputs:
+  --out O.npy                    the output, float64, same rank as the inputs
+  --weights W.npy                the attention weights [.., n_q, n_kv], float64
+  --lse L.npy                    the logsumexp of each row [.., n_q], float64 (-inf if masked)
+  --check                        compare output, logsumexp and weights with the ground truth
+                                 (50 digits while B H n_q n_kv (d_k + d_v + 100) <= 4e6; beyond,
+                                 fp64 by its own GEMM algorithm for fp32 and narrower storage,
+                                 double-double for fp64) within the derived bound plus the
+                                 truth's own; exit 1 if exceeded
+  --json                         print a one-line JSON summary instead of text
+  --force                        replace existing output files
+  max |row sum - 1| is reported when weights exist (--weights or --check).
+
+examples:
+  attn-lab attend --random 1,2,300,517,64,48 --mask causal --precision fp16 --check --json
+  attn-lab attend --q q.npy --k k.npy --v v.npy --backend streaming --mask keypad:lengths.npy --out o.npy --lse l.npy
+  attn-lab attend --random 1,8,4096,4096,64,64 --backend streaming --threads 2 --repeat 3
+)",
+    kAttendValued,
+    kAttendFlags,
+    run};
+
+}  // namespace attn::cli

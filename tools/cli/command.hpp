@@ -1,0 +1,50 @@
+// attn-lab's commands: a table of entries, one file per command (its options,
+// help and examples beside its code). main.cpp reads the command name, builds
+// Args from the entry's option sets and calls it; `attn-lab --help` lists the
+// entries. Adding a command is one file defining its entry plus one line in
+// commands.cpp.
+#pragma once
+
+#include <initializer_list>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attn/registry.hpp"
+#include "cli/args.hpp"
+#include "common/json.hpp"
+
+namespace attn::cli {
+
+struct Command {
+  std::string_view name;
+  std::string_view summary;  // its lines in `attn-lab --help` (synopsis and a sentence)
+  std::string_view help;     // `attn-lab NAME --help`: options, then an "examples:" section
+  std::set<std::string> valued, flags;  // --help is added to every command
+  int (*run)(const Args&);
+};
+
+// The table, in the order `attn-lab --help` lists it.
+const std::vector<Command>& commands();
+
+// --- Helpers the commands share ----------------------------------------------------
+
+// Existing outputs are kept unless --force: a run never replaces a file the
+// user had by accident (the write itself is atomic either way).
+void refuse_overwrite(const Args& args, std::initializer_list<const char*> outputs);
+// --accumulate, or the precision's default accumulation.
+Accumulate accumulate_option(const Args& args, const PrecisionInfo& p);
+// --threads (default 1), also given to OpenBLAS; validate() rejects 0.
+std::size_t threads_option(const Args& args);
+// The median of `xs` (NaN when empty).
+double median(std::vector<double> xs);
+// Prints `j` as one line on stdout.
+void print_json(const Json& j);
+// Saves a tensor padded to rank 4 (or 3 for the logsumexp) with the
+// leading unit dimensions the inputs did not have removed: `rank` is the
+// rank the saved tensor gets.
+void save_with_rank(const std::string& path, const xt::xtensor<double, 4>& t, std::size_t rank);
+void save_with_rank(const std::string& path, const xt::xtensor<double, 3>& t, std::size_t rank);
+
+}  // namespace attn::cli

@@ -1,0 +1,65 @@
+// attn-lab: the command table's entries (commands.cpp) behind one binary.
+// Every error is one line on stderr and exit status 2.
+#include <cstdio>
+#include <iostream>
+#include <new>
+
+#include "cli/command.hpp"
+
+namespace attn::cli {
+namespace {
+
+std::string command_names() {
+  std::string s;
+  for (const Command& c : commands()) s += (s.empty() ? "" : ", ") + std::string(c.name);
+  return s;
+}
+
+void print_help() {
+  std::cout << "attn-lab: scaled dot-product attention, O = softmax(Q K^T * scale + mask) V,\n"
+               "computed by any registered backend, in any precision.\n\ncommands:\n";
+  for (const Command& c : commands()) std::cout << c.summary;
+  std::cout << "  attn-lab --help, attn-lab COMMAND --help\n\n"
+               "Files are written atomically (a temporary file renamed into place); an existing file is\n"
+               "kept unless --force is given. Bad input prints one line to stderr and exits 2.\n\n"
+               "examples:\n"
+               "  attn-lab list\n"
+               "  attn-lab attend --help\n";
+}
+
+int dispatch(int argc, char** argv) {
+  const std::string name = argc > 1 ? argv[1] : "";
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_help();
+    return 0;
+  }
+  for (const Command& c : commands()) {
+    if (c.name != name) continue;
+    std::set<std::string> flags = c.flags;
+    flags.insert("--help");
+    const Args args(std::vector<std::string>(argv + 2, argv + argc), c.valued, flags);
+    if (args.flag("--help")) {
+      std::cout << c.help;
+      return 0;
+    }
+    return c.run(args);
+  }
+  throw Error(name.empty() ? "no command given (" + command_names() + "; see --help)"
+                           : "unknown command '" + name + "' (" + command_names() + "; see --help)");
+}
+
+}  // namespace
+}  // namespace attn::cli
+
+int main(int argc, char** argv) {
+  try {
+    return attn::cli::dispatch(argc, argv);
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "attn-lab: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "attn-lab: out of memory (the problem is too large for this machine)\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "attn-lab: %s\n", e.what());
+  }
+  return 2;
+}

@@ -1,0 +1,51 @@
+// attn-lab peak: this machine's measured peaks.
+#include <cstdio>
+
+#include "attn/npy.hpp"
+#include "cli/command.hpp"
+#include "studies/machine.hpp"
+
+namespace attn::cli {
+namespace {
+
+int run(const Args& args) {
+  refuse_overwrite(args, {"--out"});
+  const MachinePeak p = measure_peak();
+  if (args.has("--out")) write_file_atomic(args.str("--out"), dump(to_json(p)) + "\n");
+  if (args.flag("--json")) {
+    print_json(to_json(p));
+    return 0;
+  }
+  std::printf("cpu              %s (%u cores), FMA probe in %s\n", p.cpu.c_str(), p.cores, p.simd.c_str());
+  std::printf("fp32 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp32_fma_gflops_core, p.fp32_fma_gflops_all);
+  std::printf("fp64 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp64_fma_gflops_core, p.fp64_fma_gflops_all);
+  std::printf("sgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.sgemm_gflops_1024, p.sgemm_gflops_2048);
+  std::printf("attention GEMMs  %8.1f GFLOP/s at n = 4096, d = 64, %8.1f at d = 128 (Q K^T then P V, fp32, 1 thread)\n",
+              p.sgemm_attention_gflops_d64, p.sgemm_attention_gflops_d128);
+  std::printf("dgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.dgemm_gflops_1024, p.dgemm_gflops_2048);
+  std::printf("triad            %8.1f GB/s one core, %8.1f all cores\n", p.triad_gbs_core, p.triad_gbs_all);
+  std::printf("BLAS             %s\n", p.blas.c_str());
+  return 0;
+}
+
+}  // namespace
+
+extern const Command peak_command = {
+    "peak",
+    "  attn-lab peak [--json] [--out FILE]\n"
+    "                             this machine's measured peaks (about half a minute)\n",
+    R"(attn-lab peak [--json] [--out FILE]: this machine's measured peaks: FMA GFLOP/s (fp32,
+fp64) for one thread and all, single-thread BLAS GEMM at n = 1024 and 2048, the two GEMMs of
+one attention head at n = 4096 (d = 64, 128), stream triad bandwidth. Takes about half a minute.
+  --json        one line of JSON on stdout
+  --out FILE    the same JSON written to FILE (atomically; --force replaces an existing file)
+
+examples:
+  attn-lab peak
+  attn-lab peak --json
+)",
+    {"--out"},
+    {"--json", "--force"},
+    run};
+
+}  // namespace attn::cli

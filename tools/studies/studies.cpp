@@ -1,0 +1,169 @@
+#include "studies/studies.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+
+#include "attn/fp8.hpp"
+#include "attn/random.hpp"
+#include "attn/verify.hpp"
+
+namespace attn {
+
+
+std::vector<AccuracyProblem> accuracy_problems(const std::string& profile) {
+  std::vector<std::size_t> ns, ds;
+  if (profile == "quick") ns = {16, 64, 256, 1024}, ds = {64};
+  else if (profile == "full") ns = {16, 64, 256, 1024, 4096}, ds = {32, 64, 128};
+  else throw Error("unknown accuracy profile '" + profile + "' (quick, full)");
+  std::vector<AccuracyProblem> problems;
+  for (std::size_t d : ds)
+    for (std::size_t n : ns)
+      for (bool causal : {false, true})
+        for (double scale : {1.0, 10.0, 100.0, 1000.0}) problems.push_back({n, d, causal, scale});
+  if (profile == "quick")
+    for (std::size_t d : {16, 256}) problems.push_back({256, d, false, 1.0});
+  return problems;
+}
+
+namespace {
+
+// One JSON point: `check` (of one backend's output against the truth) with
+// the error's RMS and size in units of the storage's rounding.
+Json point(std::string_view backend, std::string_view precision, std::string_view accumulate,
+           const AccuracyProblem& pr, const xt::xtensor<double, 4>& out, const Check& check,
+           const xt::xtensor<double, 4>& truth, double u_store, double u_acc) {
+  double max_ref = 0, sum2 = 0;
+  for (double x : truth) max_ref = std::max(max_ref, std::fabs(x));
+  for (std::size_t i = 0; i < out.size(); ++i) sum2 += (out.data()[i] - truth.data()[i]) * (out.data()[i] - truth.data()[i]);
+  return {{"backend", backend},
+          {"precision", precision},
+          {"accumulate", accumulate},
+          {"n", pr.n},
+          {"d", pr.d},
+          {"mask", pr.causal ? "causal" : "none"},
+          {"logit_scale", pr.logit_scale},
+          {"reference", truth_name(check.truth)},
+          {"max_abs", check.out.max_abs},
+          {"max_rel", check.out.max_rel},
+          {"rms", std::sqrt(sum2 / double(out.size()))},
+          {"max_abs_over_u", check.out.max_abs / (u_store * std::max(max_ref, 1e-300))},
+          {"u_store", u_store},
+          {"u_acc", u_acc},
+          {"bound", check.tolerance_out},
+          {"informative", check.informative},
+          {"within", check.within},
+          {"finite", check.out.all_finite_where_ref_finite}};
+}
+
+}  // namespace
+
+Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  Json json = {{"kind", "accuracy"}, {"points", Json::array()}};
+  for (std::size_t p = 0; p < problems.size(); ++p) {
+    const AccuracyProblem& pr = problems[p];
+    const Shape shape{1, 1, pr.n, pr.n, pr.d, pr.d};
+    Options opt;
+    if (pr.causal) opt.mask = mask::Causal{};
+    const Inputs<double> in = random_inputs(shape, 1000 + p, pr.logit_scale);
+    if (progress) {
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::ostringstream o;
+      o << "accuracy: problem " << p + 1 << " of " << problems.size() << " (n=" << pr.n << " d=" << pr.d
+        << (pr.causal ? " causal" : "") << " logit scale " << pr.logit_scale << "), " << int(t) << " s so far";
+      progress(o.str());
+    }
+    for (const PrecisionInfo& precision : precisions()) {
+      const GroundTruth truth = ground_truth(rounded_to(precision, in), opt, precision.unit_roundoff);
+      for (const BackendInfo& b : all_backends()) {
+        if (b.traits.exact) continue;  // the truth itself
+        for (Accumulate acc : accumulate_policies()) {
+          if (precision.default_accumulate == Accumulate::fp64 && acc == Accumulate::storage) continue;  // = fp64
+          const RunReport r = b.run(precision.name, acc, in, opt, {}, 0);
+          json["points"].push_back(point(b.name, precision.name, accumulate_name(acc), pr, r.out, verify(r, opt, truth),
+                                         truth.result.out, r.u_store, r.u_acc));
+        }
+      }
+    }
+    // FP8 (emulated): inputs quantised to e4m3 / e5m2 with a power-of-two scale per
+    // tensor, every backend computing in fp32, the output quantised the same way.
+    for (const Fp8Format& f : {e4m3, e5m2}) {
+      const Inputs<double> seen{quantise_fp8(in.q, f), quantise_fp8(in.k, f), quantise_fp8(in.v, f)};
+      const GroundTruth truth = ground_truth(seen, opt, f.unit_roundoff());
+      for (const BackendInfo& b : all_backends()) {
+        if (b.traits.exact) continue;
+        RunReport r = b.run("fp32", Accumulate::fp32, seen, opt, {}, 0);
+        r.out = quantise_fp8(r.out, f);
+        r.u_store = f.unit_roundoff();
+        json["points"].push_back(point(b.name, f.name, "fp32", pr, r.out, verify(r, opt, truth), truth.result.out,
+                                       f.unit_roundoff(), r.u_acc));
+      }
+    }
+  }
+  return json;
+}
+
+std::vector<EntropyRow> entropy_study(const BackendInfo& b, const PrecisionInfo& precision,
+                                      const std::vector<std::size_t>& dims, std::size_t draws, std::size_t keys,
+                                      std::uint64_t seed) {
+  std::vector<EntropyRow> rows;
+  for (std::size_t d : dims) {
+    EntropyRow row;
+    row.d = d;
+    // `draws` batches of one query over `keys` keys: independent draws.
+    const Inputs<double> in = random_inputs({draws, 1, 1, keys, d, 1}, seed + d);
+    for (const bool scaled : {false, true}) {
+      Options opt;
+      opt.need_weights = true;
+      if (!scaled) opt.scale = 1.0;
+      const RunReport r = b.run(precision.name, precision.default_accumulate, in, opt, {}, 0);
+      double sum = 0, sum2 = 0;
+      for (std::size_t i = 0; i < draws; ++i) {
+        double h = 0;
+        for (std::size_t j = 0; j < keys; ++j) {
+          const double p = (*r.weights)(i, 0, 0, j);
+          if (p > 0) h -= p * std::log(p);
+        }
+        sum += h;
+        sum2 += h * h;
+      }
+      const double mean = sum / double(draws);
+      const double se = std::sqrt(std::max(0.0, sum2 / double(draws) - mean * mean) / double(draws - 1));
+      (scaled ? row.scaled_mean : row.raw_mean) = mean;
+      (scaled ? row.scaled_se : row.raw_se) = se;
+    }
+    // Variance of q.k over all draws and keys, from the (exact) inputs.
+    double sum = 0, sum2 = 0;
+    const std::size_t count = draws * keys;
+    for (std::size_t i = 0; i < draws; ++i)
+      for (std::size_t j = 0; j < keys; ++j) {
+        double s = 0;
+        for (std::size_t l = 0; l < d; ++l) s += in.q(i, 0, 0, l) * in.k(i, 0, j, l);
+        sum += s;
+        sum2 += s * s;
+      }
+    const double mean = sum / double(count);
+    row.var_qk = (sum2 - double(count) * mean * mean) / double(count - 1);
+    row.var_qk_scaled = row.var_qk / double(d);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+Json entropy_json(const std::vector<EntropyRow>& rows, std::string_view backend, std::string_view precision,
+                  std::size_t draws, std::size_t keys, std::uint64_t seed) {
+  Json json = {{"kind", "entropy"}, {"backend", backend}, {"precision", precision}, {"draws", draws},
+               {"keys", keys},      {"seed", seed},       {"rows", Json::array()}};
+  for (const EntropyRow& r : rows)
+    json["rows"].push_back({{"d", r.d},
+                            {"raw_mean", r.raw_mean},
+                            {"raw_se", r.raw_se},
+                            {"scaled_mean", r.scaled_mean},
+                            {"scaled_se", r.scaled_se},
+                            {"var_qk", r.var_qk},
+                            {"var_qk_scaled", r.var_qk_scaled}});
+  return json;
+}
+
+}  // namespace attn
