@@ -332,8 +332,10 @@ int main(int argc, char** argv) {
           "         math, blocked, streaming fp32; streaming causal, 2 threads, bf16, fp16); full: every precision at\n"
           "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32 (with --benchmark_min_time=0:\n"
           "         one iteration each).\n"
-          "  The memory cap defaults to a quarter of RAM. Example:\n"
-          "    attn-bench --profile quick --benchmark_out=bench.json --benchmark_out_format=json\n\n");
+          "  The memory cap defaults to a quarter of RAM.\n\n"
+          "examples:\n"
+          "  attn-bench --profile smoke --benchmark_min_time=0\n"
+          "  attn-bench --profile quick --benchmark_filter=attn_h8/streaming/ --benchmark_out=bench.json --benchmark_out_format=json\n\n");
       rest.push_back(argv[i]);
     } else rest.push_back(argv[i]);
   }

@@ -96,13 +96,23 @@ double sample_variance(const xt::xtensor<double, 3>& x) {
 
 }  // namespace
 
+namespace {
+std::vector<Property>& registered() {
+  static std::vector<Property> all;
+  return all;
+}
+}  // namespace
+
+PropertyRegistration::PropertyRegistration(const Property& p) { registered().push_back(p); }
+const std::vector<Property>& properties() { return registered(); }
+
 std::map<std::string, std::map<std::string, int>>& case_tally() {
   static std::map<std::string, std::map<std::string, int>> t;
   return t;
 }
 
-// 1. Rows of the weights sum to 1 within the derived bound; weights in [0, 1].
-void rows_sum_to_one(const BackendInfo& b, const Case& c) {
+// Rows of the weights sum to 1 within the derived bound; weights in [0, 1].
+ATTN_PROPERTY(rows_sum_to_one, "rows sum to 1", 2e6, b, c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const auto& w = *run.r.weights;
     const std::size_t n_kv = w.shape(3), rows = w.size() / n_kv;
@@ -121,9 +131,9 @@ void rows_sum_to_one(const BackendInfo& b, const Case& c) {
   });
 }
 
-// 2. Masked weights are exactly 0; a row's output does not change, bit for
+// Masked weights are exactly 0; a row's output does not change, bit for
 // bit, when the keys and values it cannot see are replaced.
-void masked_weights_are_zero_and_masked_inputs_irrelevant(const BackendInfo& b, const Case& c) {
+ATTN_PROPERTY(masked_weights_are_zero_and_masked_inputs_irrelevant, "masked weights 0, masked inputs irrelevant", 1e6, b, c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const Shape sh = run.in.shape();
     const MaskView mask(run.opt.mask, sh);
@@ -155,10 +165,10 @@ void masked_weights_are_zero_and_masked_inputs_irrelevant(const BackendInfo& b, 
   });
 }
 
-// 3. Within the derived bound of the reference, and no worse than 2x the
+// Within the derived bound of the reference, and no worse than 2x the
 // naive backend's own error at the same precision plus an absolute floor of
 // a few units of the output's last place (FlashAttention's test rule).
-void agrees_with_reference(const BackendInfo& b, const Case& c) {
+ATTN_PROPERTY(agrees_with_reference, "agrees with reference (bound, 2x naive)", 1.5e5, b, c) {
   const BackendInfo& naive = baseline_backend();
   for_each_precision(b, c, true, [&](const Run& run) {
     const GroundTruth truth = ground_truth(run.in, run.opt, run.r.u_store);
@@ -175,11 +185,11 @@ void agrees_with_reference(const BackendInfo& b, const Case& c) {
   });
 }
 
-// 4. Adding a constant c_i to every score of row i (an additive bias) leaves
+// Adding a constant c_i to every score of row i (an additive bias) leaves
 // the output unchanged within the two runs' bounds, plus what the rounding
 // of the shifted bias itself (fl(b + c) != b + c, found exactly by TwoSum)
 // does to an exact softmax: max|v| expm1(2 max|db|).
-void shift_invariant(const BackendInfo& b, const Case& c) {
+ATTN_PROPERTY(shift_invariant, "shift invariant", 1e6, b, c) {
   if (c.mask != MaskKind::none && c.mask != MaskKind::bias) return;
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
@@ -209,11 +219,11 @@ void shift_invariant(const BackendInfo& b, const Case& c) {
   });
 }
 
-// 5. Each output coordinate lies between the min and max of its value column
+// Each output coordinate lies between the min and max of its value column
 // over the keys the row sees, up to the rounding of the weights' sum, of the
 // accumulation and of the storage (slack times the largest |v| seen); a
 // fully masked row is exactly 0.
-void outputs_in_convex_hull(const BackendInfo& b, const Case& c) {
+ATTN_PROPERTY(outputs_in_convex_hull, "outputs in convex hull", 1e6, b, c) {
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
     const MaskView mask(run.opt.mask, sh);
@@ -244,10 +254,10 @@ void outputs_in_convex_hull(const BackendInfo& b, const Case& c) {
   });
 }
 
-// 6. Without mask, self-attention is equivariant under a permutation of the
+// Without mask, self-attention is equivariant under a permutation of the
 // tokens, and permuting key/value pairs together changes no output (within
 // the two runs' bounds: the order of the sums changes).
-void permutation_equivariant(const BackendInfo& b, const Case& c0) {
+ATTN_PROPERTY(permutation_equivariant, "permutation equivariant", 5e4, b, c0) {
   Case c = c0;
   c.mask = MaskKind::none;
   c.shape.n_kv = c.shape.n_q;
@@ -286,7 +296,7 @@ void permutation_equivariant(const BackendInfo& b, const Case& c0) {
   });
 }
 
-// 7. For iid N(0, 1) q and k, var(q.k) = d_k and var(q.k / sqrt(d_k)) = 1,
+// For iid N(0, 1) q and k, var(q.k) = d_k and var(q.k / sqrt(d_k)) = 1,
 // read through the backend's own logsumexp (a row with one key returns its
 // score), once with its default scale and once with scale 1. The sample
 // variance of N scores has standard deviation sd = sqrt((2 d^2 + 6 d) / N)
@@ -295,7 +305,7 @@ void permutation_equivariant(const BackendInfo& b, const Case& c0) {
 // sqrt(var): (sqrt(var) + e)^2 - var. One storage precision per case (the
 // seed picks it), so the 50-digit reference stays affordable; over the
 // cases every precision is covered.
-void score_variance_scales_with_dk(const BackendInfo& b, const Case& c) {
+ATTN_PROPERTY(score_variance_scales_with_dk, "score variance d_k and 1", 1e6, b, c) {
   const std::size_t d = std::clamp<std::size_t>(c.shape.d_k * c.shape.d_v, 1, 1024);
   const std::size_t samples = std::clamp<std::size_t>(std::size_t(1e5 / double(d)), 200, 20000);
   Case s = c;
@@ -320,9 +330,9 @@ void score_variance_scales_with_dk(const BackendInfo& b, const Case& c) {
   }
 }
 
-// 8. Finite inputs give finite outputs, weights and logsumexp (-inf exactly
+// Finite inputs give finite outputs, weights and logsumexp (-inf exactly
 // on fully masked rows, whose outputs are 0), whatever the logits' size.
-void finite_for_finite_inputs(const BackendInfo& b, const Case& c) {
+ATTN_PROPERTY(finite_for_finite_inputs, "finite for finite inputs", 2e6, b, c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     for (double x : run.r.out) RC_ASSERT(std::isfinite(x));
     for (double x : *run.r.weights) RC_ASSERT(std::isfinite(x));
@@ -337,10 +347,10 @@ void finite_for_finite_inputs(const BackendInfo& b, const Case& c) {
   });
 }
 
-// 9. A second run gives the same bits, and so does one thread instead of the
+// A second run gives the same bits, and so does one thread instead of the
 // case's (each query block is computed whole by one worker); the case's block
 // sizes and the backend's defaults agree within the two runs' bounds.
-void block_size_independent_and_deterministic(const BackendInfo& b, const Case& c) {
+ATTN_PROPERTY(block_size_independent_and_deterministic, "block sizes, determinism", 1e6, b, c) {
   for_each_precision(b, c, false, [&](const Run& run) {
     const Run again = run_case(b, c, run.precision, false, &run.opt, &run.in);
     RC_ASSERT(again.r.out == run.r.out);
@@ -355,31 +365,15 @@ void block_size_independent_and_deterministic(const BackendInfo& b, const Case& 
   });
 }
 
-// 10. out [B, H, n_q, d_v], weights [B, H, n_q, n_kv], lse [B, H, n_q], for
+// out [B, H, n_q, d_v], weights [B, H, n_q, n_kv], lse [B, H, n_q], for
 // cross-attention and d_k != d_v alike.
-void result_shapes(const BackendInfo& b, const Case& c) {
+ATTN_PROPERTY(result_shapes, "result shapes", 2e5, b, c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const Shape s = c.shape;
     RC_ASSERT(run.r.out.shape() == (std::array<std::size_t, 4>{s.batch, s.heads, s.n_q, s.d_v}));
     RC_ASSERT(run.r.weights->shape() == (std::array<std::size_t, 4>{s.batch, s.heads, s.n_q, s.n_kv}));
     RC_ASSERT(run.r.lse->shape() == (std::array<std::size_t, 3>{s.batch, s.heads, s.n_q}));
   });
-}
-
-const std::vector<Property>& properties() {
-  static const std::vector<Property> all = {
-      {"1 rows sum to 1", rows_sum_to_one, 2e6},
-      {"2 masked weights 0, masked inputs irrelevant", masked_weights_are_zero_and_masked_inputs_irrelevant, 1e6},
-      {"3 agrees with reference (bound, 2x naive)", agrees_with_reference, 1.5e5},
-      {"4 shift invariant", shift_invariant, 1e6},
-      {"5 outputs in convex hull", outputs_in_convex_hull, 1e6},
-      {"6 permutation equivariant", permutation_equivariant, 5e4},
-      {"7 score variance d_k and 1", score_variance_scales_with_dk, 1e6},
-      {"8 finite for finite inputs", finite_for_finite_inputs, 2e6},
-      {"9 block sizes, determinism", block_size_independent_and_deterministic, 1e6},
-      {"10 result shapes", result_shapes, 2e5},
-  };
-  return all;
 }
 
 }  // namespace attn::props

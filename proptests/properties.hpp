@@ -1,4 +1,5 @@
-// The invariants of attention as functions of (backend, generated case):
+// The invariants of attention as functions of (backend, generated case),
+// each one ATTN_PROPERTY entry in properties.cpp:
 // each runs the backend in every storage precision of the registry (the
 // case's accumulation policy) and asserts with RC_ASSERT, so the same
 // function serves the RapidCheck properties over the registry and the
@@ -18,24 +19,33 @@ namespace attn::props {
 using PropertyFn = void (*)(const BackendInfo&, const Case&);
 
 struct Property {
-  std::string name;      // "rows sum to 1"
+  std::string id;        // rows_sum_to_one: the gtest name
+  std::string name;      // "rows sum to 1": the tables' name
   PropertyFn check;
   double cost_budget;    // shape budget of its cases (see gen_case)
 };
 
-// The properties of DESIGN.md / issue 4, in order (1 ... 10).
+// Every property, in the order properties.cpp defines them.
 const std::vector<Property>& properties();
 
-void rows_sum_to_one(const BackendInfo& b, const Case& c);
-void masked_weights_are_zero_and_masked_inputs_irrelevant(const BackendInfo& b, const Case& c);
-void agrees_with_reference(const BackendInfo& b, const Case& c);
+// Adds a property at start-up (through ATTN_PROPERTY).
+struct PropertyRegistration {
+  explicit PropertyRegistration(const Property& p);
+};
+
+// Defines and registers one property: its id, name, the cost budget of its
+// cases, and the names of its (backend, case) parameters; the body follows:
+//   ATTN_PROPERTY(rows_sum_to_one, "rows sum to 1", 2e6, b, c) { ... RC_ASSERT(...); }
+// props_test.cpp runs each over every backend of the registry with RapidCheck
+// (rc::check), and over every mutant.
+#define ATTN_PROPERTY(id, title, budget, b, c)                                                   \
+  void id(const BackendInfo& b, const Case& c);                                                  \
+  static const PropertyRegistration id##_registration{Property{#id, title, id, budget}};         \
+  void id(const BackendInfo& b, const Case& c)
+
+// The two properties the regression tests call by name.
 void shift_invariant(const BackendInfo& b, const Case& c);
-void outputs_in_convex_hull(const BackendInfo& b, const Case& c);
 void permutation_equivariant(const BackendInfo& b, const Case& c);
-void score_variance_scales_with_dk(const BackendInfo& b, const Case& c);
-void finite_for_finite_inputs(const BackendInfo& b, const Case& c);
-void block_size_independent_and_deterministic(const BackendInfo& b, const Case& c);
-void result_shapes(const BackendInfo& b, const Case& c);
 
 // How many cases each (property, backend) pair passed, for the report table.
 std::map<std::string, std::map<std::string, int>>& case_tally();

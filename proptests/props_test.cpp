@@ -27,24 +27,22 @@ void over_registry(const Property& p, const Case& c) {
   }
 }
 
-#define ATTN_PROPERTY(Name, index)                                         \
-  TEST(Properties, Name) {                                                 \
-    const Property& p = properties()[index];                               \
-    ::rc::detail::checkGTest([&p] { over_registry(p, *gen_case(p.cost_budget)); }); \
+// Each registered property becomes one gtest test, Properties.<id>: a
+// RapidCheck property (rc::check, RC_PARAMS) over every registered backend.
+class PropertyTest : public ::testing::Test {
+ public:
+  explicit PropertyTest(const Property& p) : p_(p) {}
+  void TestBody() override {
+    const Property& p = p_;
+    EXPECT_TRUE(rc::check(p.name, [&p] { over_registry(p, *gen_case(p.cost_budget)); })) << p.name;
   }
 
-ATTN_PROPERTY(p01_rowsOfTheWeightsSumToOne, 0)
-ATTN_PROPERTY(p02_maskedWeightsAreExactlyZeroAndMaskedInputsIrrelevant, 1)
-ATTN_PROPERTY(p03_agreesWithTheReferenceAndWithinTwiceNaive, 2)
-ATTN_PROPERTY(p04_shiftInvariant, 3)
-ATTN_PROPERTY(p05_outputsInTheConvexHullOfTheValues, 4)
-ATTN_PROPERTY(p06_permutationEquivariant, 5)
-ATTN_PROPERTY(p07_scoreVarianceIsDkAndOneWhenScaled, 6)
-ATTN_PROPERTY(p08_finiteForFiniteInputs, 7)
-ATTN_PROPERTY(p09_blockSizeIndependentAndDeterministic, 8)
-ATTN_PROPERTY(p10_resultShapes, 9)
+ private:
+  const Property& p_;
+};
 
-TEST(Properties, zz_caseCountTable) {
+// After every property: how many cases each (property, backend) pair passed.
+void case_count_table() {
   std::printf("\nproperty x backend: cases passed\n%-48s", "property");
   std::vector<std::string> names;
   for (auto& b : all_backends()) names.emplace_back(b.name);
@@ -73,12 +71,9 @@ TEST(Regressions, ShiftInvarianceAccountsForTheRoundedBias) {
   c.block_q = 3;
   c.block_k = 31;
   c.seed = 0;
-  for (const BackendInfo& b : all_backends()) {
-    rc::detail::TestParams once;
-    once.maxSuccess = 1;
-    const auto result = rc::detail::checkTestable([&] { shift_invariant(b, c); }, rc::detail::TestMetadata{}, once);
-    EXPECT_TRUE(result.template is<rc::detail::SuccessResult>()) << b.name << ": " << describe(c);
-  }
+  for (const BackendInfo& b : all_backends())
+    EXPECT_TRUE(rc::check("shift invariance, regression case", [&] { shift_invariant(b, c); }))
+        << b.name << ": " << describe(c);
 }
 
 // Found by the mutant hunt (seed 20261129): near-limit inputs, once rounded
@@ -93,13 +88,9 @@ TEST(Regressions, PermutedNearLimitInputsAreNotRescreened) {
   c.policy = Accumulate::storage;
   c.block_k = 31;
   c.seed = 49979;
-  for (const BackendInfo& b : all_backends()) {
-    rc::detail::TestParams once;
-    once.maxSuccess = 1;
-    const auto result =
-        rc::detail::checkTestable([&] { permutation_equivariant(b, c); }, rc::detail::TestMetadata{}, once);
-    EXPECT_TRUE(result.template is<rc::detail::SuccessResult>()) << b.name << ": " << describe(c);
-  }
+  for (const BackendInfo& b : all_backends())
+    EXPECT_TRUE(rc::check("permutation equivariance, regression case", [&] { permutation_equivariant(b, c); }))
+        << b.name << ": " << describe(c);
 }
 
 // --- EXAMPLES.md E7: scaling keeps softmax from going sharp ----------------------
@@ -119,48 +110,55 @@ TEST(Scaling, E7EntropyFallsWithoutTheScaleAndStaysFlatWithIt) {
     for (std::size_t i = 0; i < rows.size(); ++i) {
       lo = std::min(lo, rows[i].scaled_mean);
       hi = std::max(hi, rows[i].scaled_mean);
-      if (i + 1 < rows.size())
+      if (i + 1 < rows.size()) {
         EXPECT_LT(rows[i + 1].raw_mean, rows[i].raw_mean - 5 * std::hypot(rows[i].raw_se, rows[i + 1].raw_se))
             << b.name << " d_k " << rows[i + 1].d;
+      }
     }
     EXPECT_LT(hi - lo, 0.05 * (rows.front().raw_mean - rows.back().raw_mean)) << b.name;
   }
 }
 
 // Every mutant is caught by at least one property: RapidCheck finds a
-// counterexample within 30 cases of it (the budget per mutant and property;
-// the seed is RC_PARAMS's). Shrinking is off here for speed; the case
-// printed is the first that failed.
+// counterexample within the cases of RC_PARAMS (meson runs Mutants.* as its
+// own test, `props_mutants`, with 30 cases per mutant and property and
+// shrinking off, for speed; the seed is printed). A property that passes a
+// mutant prints nothing; one that catches it prints the counterexample.
 TEST(Mutants, EveryMutantIsCaughtByAProperty) {
-  rc::detail::TestParams params = rc::detail::configuration().testParams;
-  params.disableShrinking = true;
-  params.maxSuccess = std::min(params.maxSuccess, 30);
   std::printf("\nmutant -> properties that caught it\n");
   for (const Mutant& m : mutants()) {
     std::vector<std::string> caught;
     for (const Property& p : properties()) {
-      rc::detail::TestMetadata meta;
-      meta.id = std::string(m.handle.name) + "/" + p.name;
-      const auto result = rc::detail::checkTestable(
-          [&] {
-            const Case c = *gen_case(p.cost_budget);
-            p.check(m.handle, c);
-          },
-          meta, params);
-      if (result.template is<rc::detail::FailureResult>()) {
-        const auto& failure = result.template get<rc::detail::FailureResult>();
+      std::printf("--- %s against '%s' (a failure below is the property catching the mutant)\n",
+                  m.handle.name.c_str(), p.name.c_str());
+      if (!rc::check(m.handle.name + " / " + p.name, [&] { p.check(m.handle, *gen_case(p.cost_budget)); }))
         caught.push_back(p.name);
-        std::string example;
-        for (const auto& [type, value] : failure.counterExample) example += value + " ";
-        std::printf("  %-32s caught by '%s' after %d passing cases: %s\n", std::string(m.handle.name).c_str(),
-                    p.name.c_str(), failure.numSuccess, example.c_str());
-      }
     }
-    std::printf("%-34s (%s): caught by %zu of %zu properties\n", std::string(m.handle.name).c_str(),
-                std::string(m.bug).c_str(), caught.size(), properties().size());
+    std::string list;
+    for (const auto& n : caught) list += (list.empty() ? "" : ", ") + n;
+    std::printf("%-34s (%s): caught by %zu of %zu properties: %s\n", m.handle.name.c_str(), std::string(m.bug).c_str(),
+                caught.size(), properties().size(), list.c_str());
     EXPECT_FALSE(caught.empty()) << m.handle.name << " (" << m.bug << ") escaped every property";
   }
 }
 
 }  // namespace
 }  // namespace attn::props
+
+// The properties register themselves during static initialisation (in
+// properties.cpp, whose order relative to this file is unspecified), so
+// their tests are registered here, once main runs, in definition order,
+// followed by the table of case counts.
+int main(int argc, char** argv) {
+  using namespace attn::props;
+  ::testing::InitGoogleTest(&argc, argv);
+  for (const Property& p : properties())
+    ::testing::RegisterTest("Properties", p.id.c_str(), nullptr, nullptr, __FILE__, __LINE__,
+                            [&p]() -> ::testing::Test* { return new PropertyTest(p); });
+  struct Table : ::testing::Test {
+    void TestBody() override { case_count_table(); }
+  };
+  ::testing::RegisterTest("Properties", "zz_caseCountTable", nullptr, nullptr, __FILE__, __LINE__,
+                          []() -> ::testing::Test* { return new Table; });
+  return RUN_ALL_TESTS();
+}

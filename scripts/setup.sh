@@ -35,7 +35,7 @@ attn_build() {
 attn_build_asan() {
   if [ ! -f build-asan/build.ninja ]; then
     meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debugoptimized \
-      "-Drc_params=seed=20261129 max_success=10"
+      "-Drc_params=seed=20261129 max_success=10" "-Drc_mutant_params=seed=20261129 max_success=10 noshrink=1"
   fi
   meson compile -C build-asan proptests/unit_test proptests/golden_test proptests/agreement_test proptests/props \
     tools/attn-lab

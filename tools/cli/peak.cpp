@@ -41,7 +41,6 @@ one attention head at n = 4096 (d = 64, 128), stream triad bandwidth. Takes abou
   --out FILE    the same JSON written to FILE (atomically; --force replaces an existing file)
 
 examples:
-  attn-lab peak
   attn-lab peak --json
 )",
     {"--out"},

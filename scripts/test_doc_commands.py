@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""doc_commands: every command line the README and the help texts show is run.
+
+    test_doc_commands.py SOURCE_ROOT BUILD_ROOT [--list]
+
+Commands come from
+  - README.md: every line of an indented code block that starts with
+    `build/` or `scripts/` (a trailing backslash continues the line);
+  - `attn-lab --help` and `attn-lab COMMAND --help` for every command it
+    lists, `attn-bench --help` and `scripts/run --help`: the indented lines
+    under an "examples:" heading.
+Each runs in a fresh folder, after the input files it names are written by
+NumPy with the shapes the command implies (.npy tensors, masks, a PyTorch
+nn.MultiheadAttention state_dict for `--weights DIR` of `layer`). A command
+fails on a non-zero exit or an error line (a line starting with
+"attn-lab:", "attn-bench:", "scripts/run:", a Python traceback, or Google
+Benchmark's "ERROR OCCURRED"). Two are not run, each for a stated reason:
+`scripts/test` (this test is part of it) and nothing else; `scripts/run`
+runs with `--out` pointing into the scratch folder, so the committed
+reports/ are not touched.
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+SRC, BUILD = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+LIST_ONLY = "--list" in sys.argv
+PROGRAMS = {
+    "attn-lab": os.path.join(BUILD, "tools", "attn-lab"),
+    "attn-bench": os.path.join(BUILD, "bench", "attn-bench"),
+    "scripts/run": os.path.join(SRC, "scripts", "run"),
+}
+NOT_RUN = {"scripts/test": "the test suite itself runs this test"}
+ERROR_LINE = re.compile(r"^(attn-lab:|attn-bench:|scripts/run:|Traceback|.*ERROR OCCURRED)")
+SEED = 20261130
+
+
+def program_of(word):
+    """The program a command's first word names, or None."""
+    for name in list(PROGRAMS) + list(NOT_RUN):
+        if word == name or word.endswith("/" + name) and word.startswith("build/"):
+            return name
+    return None
+
+
+def readme_commands():
+    lines = open(os.path.join(SRC, "README.md")).read().splitlines()
+    commands, i = [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("    ") and not line.startswith("     ") and program_of(line.split()[0] if line.split() else ""):
+            text = line.strip()
+            while text.endswith("\\") and i + 1 < len(lines):
+                i += 1
+                text = text[:-1].rstrip() + " " + lines[i].strip()
+            text = text.split("  #")[0].strip()  # a trailing comment
+            commands.append(("README.md", text))
+        i += 1
+    return commands
+
+
+def help_examples(origin, text):
+    out, on = [], False
+    for line in text.splitlines():
+        if line.strip().lower() in ("examples:", "example:"):
+            on = True
+            continue
+        if on:
+            if not line.startswith("  ") or not line.strip():
+                on = False
+                continue
+            words = line.split()
+            if program_of(words[0]):
+                out.append((origin, line.strip()))
+    return out
+
+
+def help_commands():
+    def help_of(argv):
+        return subprocess.run(argv, capture_output=True, text=True).stdout
+
+    lab = PROGRAMS["attn-lab"]
+    top = help_of([lab, "--help"])
+    found = help_examples("attn-lab --help", top)
+    names = re.findall(r"^  attn-lab ([a-z]+)\b", top, flags=re.M)
+    for name in sorted(set(names)):
+        found += help_examples(f"attn-lab {name} --help", help_of([lab, name, "--help"]))
+    found += help_examples("attn-bench --help", help_of([PROGRAMS["attn-bench"], "--help"]))
+    found += help_examples("scripts/run --help", help_of([PROGRAMS["scripts/run"], "--help"]))
+    return found, sorted(set(names))
+
+
+# --- Inputs the commands name ---------------------------------------------------
+
+def torch_state_dict(folder, embed, heads, kdim=None):
+    import torch
+    torch.manual_seed(SEED)
+    mha = torch.nn.MultiheadAttention(embed, heads, batch_first=True, kdim=kdim, vdim=kdim).double()
+    os.makedirs(folder, exist_ok=True)
+    for key, t in mha.state_dict().items():
+        np.save(os.path.join(folder, key + ".npy"), t.detach().numpy())
+
+
+def option(args, name, default=None):
+    for k, a in enumerate(args):
+        if a == name and k + 1 < len(args):
+            return args[k + 1]
+        if a.startswith(name + "="):
+            return a[len(name) + 1:]
+    return default
+
+
+def write_inputs(args, work, rng):
+    """Writes the input files `args` (after the program) names, with shapes the command implies."""
+    if not args:
+        return
+    command = args[0]
+    if command == "attend" and option(args, "--q"):
+        H, NQ, NKV, DK, DV = 2, 12, 16, 8, 6  # rank-3 files: [heads, n, d], batch 1
+        np.save(os.path.join(work, option(args, "--q")), rng.normal(size=(H, NQ, DK)))
+        np.save(os.path.join(work, option(args, "--k")), rng.normal(size=(H, NKV, DK)))
+        np.save(os.path.join(work, option(args, "--v")), rng.normal(size=(H, NKV, DV)))
+        mask = option(args, "--mask", "")
+        kind, _, path = mask.partition(":")
+        if kind == "bias":
+            dist = np.arange(NQ)[:, None] + (NKV - NQ) - np.arange(NKV)[None, :]
+            np.save(os.path.join(work, path), np.where(dist >= 0, -0.25 * dist, -np.inf))  # ALiBi, causal
+        elif kind == "bool":
+            np.save(os.path.join(work, path), rng.random((NQ, NKV)) < 0.7)
+        elif kind == "keypad":
+            np.save(os.path.join(work, path), np.array([NKV - 3], dtype=np.int64))
+    if command == "layer" and option(args, "--x"):
+        heads = int(option(args, "--heads", "4"))
+        embed = 8 * heads
+        np.save(os.path.join(work, option(args, "--x")), rng.normal(size=(2, 9, embed)))
+        kdim = None
+        if option(args, "--kv"):
+            kdim = embed + 4  # cross-attention from a memory of another width: separate projections
+            np.save(os.path.join(work, option(args, "--kv")), rng.normal(size=(2, 5, kdim)))
+        if option(args, "--weights"):
+            torch_state_dict(os.path.join(work, option(args, "--weights")), embed, heads, kdim)
+
+
+# --- Running -------------------------------------------------------------------------
+
+def run_command(origin, text, failures):
+    words = shlex.split(text)
+    name = program_of(words[0])
+    if name in NOT_RUN:
+        print(f"not run: {text}  ({origin}): {NOT_RUN[name]}")
+        return
+    with tempfile.TemporaryDirectory() as work:
+        args = words[1:]
+        write_inputs(args, work, np.random.default_rng(SEED))
+        if name == "scripts/run":
+            args = args + ["--out", os.path.join(work, "reports")]
+        t0 = time.time()
+        p = subprocess.run([PROGRAMS[name]] + args, cwd=work, capture_output=True, text=True)
+        seconds = time.time() - t0
+        errors = [line for line in (p.stdout + "\n" + p.stderr).splitlines() if ERROR_LINE.match(line)]
+        ok = p.returncode == 0 and not errors
+        print(f"{'ok  ' if ok else 'FAIL'} {seconds:7.1f} s  {text}  ({origin})")
+        if not ok:
+            failures.append(text)
+            print(f"     exit {p.returncode}; " + "; ".join(errors[:5] or p.stderr.strip().splitlines()[-5:]))
+
+
+def main():
+    readme = readme_commands()
+    helps, names = help_commands()
+    commands = readme + helps
+    print(f"{len(readme)} commands in README.md, {len(helps)} in the help texts of attn-lab ({', '.join(names)}), "
+          f"attn-bench and scripts/run; seed {SEED}")
+    failures = []
+    # Every command the help lists has at least one example.
+    for name in names:
+        if not any(origin == f"attn-lab {name} --help" for origin, _ in helps):
+            failures.append(f"attn-lab {name} --help shows no example")
+            print(f"FAIL attn-lab {name} --help shows no example")
+    seen = set()
+    for origin, text in commands:
+        key = re.sub(r"^build/\S*/", "", text)  # build/tools/attn-lab ... and attn-lab ... are one command
+        if key in seen:
+            continue
+        seen.add(key)
+        if LIST_ONLY:
+            print(f"{origin}: {text}")
+            continue
+        run_command(origin, text, failures)
+    print(f"{len(seen)} distinct commands, {len(failures)} failed")
+    sys.exit(1 if failures else 0)
+
+
+main()
