@@ -33,6 +33,7 @@
 #include "attn/alloc_counter.hpp"
 #include "attn/random.hpp"
 #include "attn/verify.hpp"
+#include "common/json.hpp"
 
 namespace attn::bench {
 namespace {
@@ -359,6 +360,11 @@ int main(int argc, char** argv) {
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   benchmark::AddCustomContext("OPENBLAS_CORETYPE", coretype ? coretype : "(unset)");
   benchmark::AddCustomContext("memory_cap_bytes", std::to_string(memory_cap));
+  // The registry's traits, so reports choose backends by what they are, never by name.
+  attn::Json traits = attn::Json::object();
+  for (const attn::BackendInfo& b : attn::all_backends())
+    traits[b.name] = attn::to_json(b.traits);
+  benchmark::AddCustomContext("backend_traits", attn::dump(traits));
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -181,12 +181,25 @@ def scaling_report(rows, peak, folder):
     for b, pts in sorted(by_n.items()):
         for n, r in pts:
             lines.append(f"| {b} | {n} | 64 | {1e3 * r['seconds_per_call']:.2f} | {r['FLOP/s'] / 1e9:.1f} |")
-    return "\n".join(lines) + "\n", {b: e for b, (e, _) in fits.items()}
+    return "\n".join(lines) + "\n", ["time exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, (e, _) in sorted(fits.items()))]
 
 
-def performance_report(rows, peak, folder):
+def backends_with(bench, **traits):
+    """The backends whose traits (attn-bench's context "backend_traits") have these values, in registry order."""
+    table = json.loads(bench["context"]["backend_traits"])
+    return [b for b, t in table.items() if all(t.get(k) == v for k, v in traits.items())]
+
+
+def performance_report(rows, peak, bench, folder):
     """The roofline (GFLOP/s of every backend x precision against n, with the
-    measured peaks drawn) and issue 8's targets, each measured in this run."""
+    measured peaks drawn) and the performance targets, each measured in this
+    run. The targets name backends by trait: the fused one runs its own
+    threads with memory independent of n; the BLAS ones leave threads to OpenBLAS."""
+    fused_all = backends_with(bench, own_threads=True, memory_independent_of_n=True)
+    if not fused_all:
+        raise ReportError("bench.json: no backend with its own threads and memory independent of n")
+    fused = fused_all[0]
+    blas = backends_with(bench, uses_blas=True, own_threads=False, exact=False)
     fp32_peak, sgemm = peak["fp32_fma_gflops_core"], peak["sgemm_gflops_2048"]
     att = {d: peak.get(f"sgemm_attention_gflops_d{d}") for d in (64, 128)}
     fig, ax = plt.subplots(figsize=(7.2, 4.8))
@@ -226,40 +239,40 @@ def performance_report(rows, peak, folder):
     pct = lambda v: f"{100 * v:.0f}%"
     ratio = lambda v: f"{v:.4f}x"
     for d, need in ((128, 0.60), (64, 0.50)):
-        g = gf(("streaming", "fp32", 0, 1, d))
-        target(f"streaming fp32, d = {d}, 1 thread: fraction of fp32 FMA peak", g and g / fp32_peak,
+        g = gf((fused, "fp32", 0, 1, d))
+        target(f"{fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak", g and g / fp32_peak,
                f">= {pct(need)}", pct, lambda v, need=need: v >= need)
     for d in (64, 128):
-        one, two = gf(("streaming", "fp32", 0, 1, d)), gf(("streaming", "fp32", 0, 2, d))
-        target(f"streaming fp32, d = {d}: 2 threads over 1", one and two and two / one, ">= 1.80x", ratio,
+        one, two = gf((fused, "fp32", 0, 1, d)), gf((fused, "fp32", 0, 2, d))
+        target(f"{fused} fp32, d = {d}: 2 threads over 1", one and two and two / one, ">= 1.80x", ratio,
                lambda v: v >= 1.8)
     for d in (64, 128):
-        full, causal = h8.get(("streaming", "fp32", 0, 1, d)), h8.get(("streaming", "fp32", 1, 1, d))
-        target(f"streaming fp32, d = {d}: causal speed-up (time ratio)",
+        full, causal = h8.get((fused, "fp32", 0, 1, d)), h8.get((fused, "fp32", 1, 1, d))
+        target(f"{fused} fp32, d = {d}: causal speed-up (time ratio)",
                full and causal and full["seconds_per_call"] / causal["seconds_per_call"], ">= 1.80x", ratio,
                lambda v: v >= 1.8)
-        target(f"streaming fp32, d = {d}: causal fraction of peak (halved FLOPs)",
+        target(f"{fused} fp32, d = {d}: causal fraction of peak (halved FLOPs)",
                causal and causal["FLOP/s"] / 1e9 / fp32_peak, ">= 45%", pct, lambda v: v >= 0.45)
     for p in ("bf16", "fp16"):
         for d in (64, 128):
-            a, b = gf(("streaming", p, 0, 1, d)), gf(("streaming", "fp32", 0, 1, d))
-            target(f"streaming {p} (fp32 accumulation), d = {d}: rate over fp32", a and b and a / b, ">= 1.00x",
+            a, b = gf((fused, p, 0, 1, d)), gf((fused, "fp32", 0, 1, d))
+            target(f"{fused} {p} (fp32 accumulation), d = {d}: rate over fp32", a and b and a / b, ">= 1.00x",
                    ratio, lambda v: v >= 1.0)
-    for b in ("math", "blocked"):
+    for b in blas:
         for d in (64, 128):
             g = gf((b, "fp32", 0, 1, d))
             target(f"{b} fp32, d = {d}: fraction of SGEMM rate" +
                    (f" (of the attention GEMMs alone: {100 * g / att[d]:.0f}%)" if g and att[d] else ""),
                    g and g / sgemm, ">= 80%", pct, lambda v: v >= 0.8)
     mem = sorted((r["n"], r["peak_extra_heap_bytes"]) for r in rows
-                 if r["family"] == "attn" and r["backend"] == "streaming" and r["precision"] == "fp32"
+                 if r["family"] == "attn" and r["backend"] == fused and r["precision"] == "fp32"
                  and r.get("causal") == 0 and r.get("threads") == 1 and r.get("d") == 64 and "n" in r
                  and r.get("peak_extra_heap_bytes") is not None)
     if mem:
         lo, hi = min(m for _, m in mem), max(m for _, m in mem)
-        target(f"streaming peak extra heap, n = {mem[0][0]} ... {mem[-1][0]} (max / min)", hi / lo if lo else None,
+        target(f"{fused} peak extra heap, n = {mem[0][0]} ... {mem[-1][0]} (max / min)", hi / lo if lo else None,
                "independent of n (1.0000x)", ratio, lambda v: v <= 1.05)
-    lines += ["## Targets (issue 8), B = 1, H = 8, n = 4096", "",
+    lines += ["## Performance targets, B = 1, H = 8, n = 4096", "",
               "| target | measured | required | verdict |", "|---|---:|---:|---|"]
     lines += [f"| {w} | {v} | {n} | {k} |" for w, v, n, k in targets]
     lines += ["", "## Fraction of peak, every attn_h8 run", "",
@@ -279,11 +292,12 @@ def performance_report(rows, peak, folder):
             lines.append(f"| {r['backend']} | {r['n']} | {r['d']} | {1e3 * r['seconds_per_call']:.3f} | {g:.1f} | "
                          f"{pct(g / fp32_peak)} |")
     if mem:
-        lines += ["", "## Streaming's extra memory against n (fp32, d = 64, 1 thread)", "",
+        lines += ["", f"## {fused}'s extra memory against n (fp32, d = 64, 1 thread)", "",
                   "Peak heap of one cold call less the returned output tensor.", "",
                   "| n | peak extra heap |", "|---:|---:|"]
         lines += [f"| {n} | {fmt_bytes(m)} |" for n, m in mem]
-    return "\n".join(lines) + "\n", [f"{w}: {v} ({k})" for w, v, _, k in targets if k == "MISSED"]
+    missed = [f"{w}: {v} ({k})" for w, v, _, k in targets if k == "MISSED"]
+    return "\n".join(lines) + "\n", ["performance targets missed: " + ("; ".join(missed) if missed else "none")]
 
 
 def memory_report(rows, folder):
@@ -314,7 +328,7 @@ def memory_report(rows, folder):
     for b, pts in sorted(by_n.items()):
         for n, r in pts:
             lines.append(f"| {b} | {n} | {fmt_bytes(r['peak_heap_bytes'])} | {fmt_bytes(r['workspace_model_bytes'])} |")
-    return "\n".join(lines) + "\n", {b: m for b, (m, _) in fits.items()}
+    return "\n".join(lines) + "\n", ["peak-memory exponent in n: " + ", ".join(f"{b} {m:.2f}" for b, (m, _) in sorted(fits.items()))]
 
 
 DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "e4m3": "fp32", "e5m2": "fp32"}
@@ -366,7 +380,9 @@ def accuracy_report(acc, folder):
             worst[prec] = w
     lines += ["Max |O - truth| / max |truth| against n (d = 64, no mask, scaled scores of unit variance), each "
               "precision at its default accumulation; the dotted line is the storage format's unit roundoff u. The truth is "
-              "the 50-digit reference where affordable, else the compensated double-double reference. e4m3 and "
+              "verify()'s: the 50-digit reference where affordable, else fp64 by an independent GEMM evaluation "
+              "(fp32 and narrower) or double-double (fp64), its own bound added (each point's `reference` in "
+              "data/accuracy.json says which). e4m3 and "
               "e5m2 are emulated: inputs and output quantised (power-of-two scale per tensor) around an fp32 "
               "computation. Largest "
               "errors: " + "; ".join(f"{p}: {w['max_abs']:.2g} ({w['backend']}, n = {w['n']}, "
@@ -389,7 +405,8 @@ def accuracy_report(acc, folder):
             t = sorted(q["max_abs"] for q in pick(precision=prec, accumulate=a))
             if s:
                 lines.append(f"| {prec} | {a} | {t[len(t) // 2]:.3g} | {s[len(s) // 2]:.3g} | {len(s)} |")
-    return "\n".join(lines) + "\n", worst
+    return "\n".join(lines) + "\n", ["largest error at unit logits (d = 64, no mask): "
+                                      + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items())]
 
 
 def entropy_report(ent, folder):
@@ -421,7 +438,7 @@ def entropy_report(ent, folder):
     for r in rows:
         lines.append(f"| {r['d']} | {r['raw_mean']:.4f} | {r['raw_se']:.4f} | {r['scaled_mean']:.4f} | "
                      f"{r['scaled_se']:.4f} | {r['var_qk']:.2f} | {r['var_qk_scaled']:.3f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n", []
 
 
 def claim_plot(plot, folder, name):
@@ -467,8 +484,32 @@ def claims_report(claims, folder):
         for k, plot in enumerate(c.get("plots", [])):
             name = claim_plot(plot, folder, f"claim_{c['id']}_{k}.svg")
             lines += [f"![{plot['title']}]({name})", ""]
-    verdicts = [f"{c['id']} {c['verdict']}" for c in claims["claims"]]
-    return "\n".join(lines) + "\n", verdicts
+    return "\n".join(lines) + "\n", ["claims: " + "; ".join(f"{c['id']} {c['verdict']}" for c in claims["claims"])]
+
+
+class Report:
+    """One report of a run: its file (NAME.md), its section of index.html and
+    its line in index.md all follow from this entry; `make(data, folder)`
+    returns (Markdown, readings for the index)."""
+
+    def __init__(self, name, summary, make):
+        self.name, self.summary, self.make = name, summary, make
+
+
+# The reports, in the order of the index and the page. Adding a report is one entry here.
+REPORTS = [
+    Report("scaling", "time vs n and d_k, fitted exponents, roofline",
+           lambda d, folder: scaling_report(bench_rows(d["bench.json"]), d["peak.json"], folder)),
+    Report("memory", "measured peak heap vs n against each backend's model, E6",
+           lambda d, folder: memory_report(bench_rows(d["bench.json"]), folder)),
+    Report("performance", "roofline of every backend x precision, the performance targets, fraction of peak",
+           lambda d, folder: performance_report(bench_rows(d["bench.json"]), d["peak.json"], d["bench.json"], folder)),
+    Report("accuracy", "error vs n, logit scale, precision and accumulation",
+           lambda d, folder: accuracy_report(d["accuracy.json"], folder)),
+    Report("entropy", "EXAMPLES.md E7", lambda d, folder: entropy_report(d["entropy.json"], folder)),
+    Report("claims", "the claims ledger, each claim with its criterion and verdict",
+           lambda d, folder: claims_report(d["claims.json"], folder)),
+]
 
 
 def index_report(peak, build, bench, command, stamp, readings):
@@ -489,29 +530,22 @@ def index_report(peak, build, bench, command, stamp, readings):
              f"- Libraries: {build.get('libraries')}",
              f"- Benchmark host: {ctx.get('host_name')}, {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz; "
              f"profile {ctx.get('attn_profile')}", "",
-             "## Reports", "",
-             "- [scaling](scaling.md): time vs n and d_k, fitted exponents, roofline",
-             "- [memory](memory.md): measured peak heap vs n against each backend's model, E6",
-             "- [performance](performance.md): roofline of every backend x precision, issue 8's targets, fraction of peak",
-             "- [accuracy](accuracy.md): error vs n, logit scale, precision and accumulation",
-             "- [entropy](entropy.md): EXAMPLES.md E7",
-             "- [claims](claims.md): the claims ledger, each claim with its criterion and verdict",
-             "- [data](data/): the JSON every figure was drawn from", "",
-             "## Readings", ""] + [f"- {r}" for r in readings]
+             "## Reports", ""]
+    lines += [f"- [{r.name}]({r.name}.md): {r.summary}" for r in REPORTS]
+    lines += ["- [data](data/): the JSON every figure was drawn from", "", "## Readings", ""]
+    lines += [f"- {r}" for r in readings]
     return "\n".join(lines) + "\n"
 
 
 def make_report(data_dir, out_root, command, stamp=None):
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    peak = load(data_dir, "peak.json")
-    bench = load(data_dir, "bench.json")
-    acc = load(data_dir, "accuracy.json")
-    ent = load(data_dir, "entropy.json")
-    claims = load(data_dir, "claims.json")
-    build = load(data_dir, "build.json")
+    data = {name: load(data_dir, name) for name in INPUTS}
+    peak, bench, build = data["peak.json"], data["bench.json"], data["build.json"]
     require(peak, ["fp32_fma_gflops_core", "fp32_fma_gflops_all", "fp64_fma_gflops_core", "fp64_fma_gflops_all",
                    "sgemm_gflops_1024", "sgemm_gflops_2048", "dgemm_gflops_1024", "dgemm_gflops_2048",
                    "triad_gbs_core", "triad_gbs_all"], "peak.json")
+    require(bench, ["benchmarks", "context"], "bench.json")
+    require(bench["context"], ["backend_traits"], "bench.json context")
 
     runs = os.path.join(out_root, "runs")
     os.makedirs(runs, exist_ok=True)
@@ -522,28 +556,15 @@ def make_report(data_dir, out_root, command, stamp=None):
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(os.path.join(tmp, "data"))
     try:
-        rows = bench_rows(bench)
-        scaling, time_fits = scaling_report(rows, peak, tmp)
-        memory, mem_fits = memory_report(rows, tmp)
-        performance, missed = performance_report(rows, peak, tmp)
-        accuracy, worst = accuracy_report(acc, tmp)
-        entropy = entropy_report(ent, tmp)
-        ledger, verdicts = claims_report(claims, tmp)
-        readings = [f"time exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(time_fits.items())),
-                    f"peak-memory exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(mem_fits.items())),
-                    "largest error at unit logits (d = 64, no mask): "
-                    + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items()),
-                    "performance targets missed: " + ("; ".join(missed) if missed else "none"),
-                    "claims: " + "; ".join(verdicts)]
+        texts, readings = {}, []
+        for r in REPORTS:
+            texts[r.name], more = r.make(data, tmp)
+            readings += more
         index_text = index_report(peak, build, bench, command, stamp, readings)
-        for name, text in (("scaling.md", scaling), ("memory.md", memory), ("performance.md", performance), ("accuracy.md", accuracy),
-                           ("entropy.md", entropy), ("claims.md", ledger),
-                           ("index.md", index_text)):
-            with open(os.path.join(tmp, name), "w") as f:
+        for name, text in list(texts.items()) + [("index", index_text)]:
+            with open(os.path.join(tmp, name + ".md"), "w") as f:
                 f.write(text)
-        pages = [("index", "run", index_text), ("performance", "performance", performance),
-                 ("scaling", "scaling", scaling), ("memory", "memory", memory), ("accuracy", "accuracy", accuracy),
-                 ("entropy", "entropy", entropy), ("claims", "claims", ledger)]
+        pages = [("index", "run", index_text)] + [(r.name, r.name, texts[r.name]) for r in REPORTS]
         extra = {n: load(data_dir, n) for n in PAGE_INPUTS if os.path.exists(os.path.join(data_dir, n))}
         html_page.render(tmp, stamp, command, pages, bench, peak, extra.get("heatmaps.json"), extra.get("explorer.json"))
         for name in extra:

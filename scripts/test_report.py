@@ -31,7 +31,15 @@ def synthetic(folder):
     runs.append({"name": "attn/reference/fp32/causal:0/threads:1/n:1024/d:64", "error_occurred": True,
                  "error_message": "not affordable"})
     bench = {"context": {"host_name": "test", "num_cpus": 2, "mhz_per_cpu": 1000, "attn_profile": "quick",
-                         "OPENBLAS_CORETYPE": "(unset)"}, "benchmarks": runs}
+                         "OPENBLAS_CORETYPE": "(unset)",
+                         "backend_traits": json.dumps({
+                             "naive": {"exact": False, "baseline": True, "own_threads": False, "uses_blas": False,
+                                       "memory_independent_of_n": False},
+                             "streaming": {"exact": False, "baseline": False, "own_threads": True, "uses_blas": True,
+                                           "memory_independent_of_n": True},
+                             "reference": {"exact": True, "baseline": False, "own_threads": False, "uses_blas": False,
+                                           "memory_independent_of_n": False}})},
+             "benchmarks": runs}
     points = []
     for b in BACKENDS:
         for prec, u in (("fp64", 2**-53), ("fp32", 2**-24), ("bf16", 2**-8), ("fp16", 2**-11)):

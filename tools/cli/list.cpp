@@ -6,21 +6,11 @@
 namespace attn::cli {
 namespace {
 
-Json traits_json(const BackendTraits& t) {
-  return {{"exact", t.exact},
-          {"baseline", t.baseline},
-          {"weights_from_lse", t.weights_from_lse},
-          {"tiled", t.tiled},
-          {"own_threads", t.own_threads},
-          {"uses_blas", t.uses_blas},
-          {"memory_independent_of_n", t.memory_independent_of_n}};
-}
-
 int run(const Args& args) {
   if (args.flag("--json")) {
     Json j = {{"backends", Json::array()}, {"precisions", Json::array()}, {"accumulations", Json::array()}};
     for (const BackendInfo& b : all_backends())
-      j["backends"].push_back({{"name", b.name}, {"description", b.description}, {"traits", traits_json(b.traits)}});
+      j["backends"].push_back({{"name", b.name}, {"description", b.description}, {"traits", to_json(b.traits)}});
     for (const PrecisionInfo& p : precisions())
       j["precisions"].push_back({{"name", p.name},
                                  {"unit_roundoff", p.unit_roundoff},

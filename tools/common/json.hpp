@@ -7,11 +7,24 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "attn/backend.hpp"
+
 namespace attn {
 
 using Json = nlohmann::ordered_json;
 
 // One line, no spaces.
 inline std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+// A backend's traits as an object (attn-lab list --json, attn-bench's context).
+inline Json to_json(const BackendTraits& t) {
+  return {{"exact", t.exact},
+          {"baseline", t.baseline},
+          {"weights_from_lse", t.weights_from_lse},
+          {"tiled", t.tiled},
+          {"own_threads", t.own_threads},
+          {"uses_blas", t.uses_blas},
+          {"memory_independent_of_n", t.memory_independent_of_n}};
+}
 
 }  // namespace attn
