@@ -18,17 +18,14 @@ import tempfile
 
 import numpy as np
 
-ATTN_LAB = sys.argv[1]
+from checklib import Checks
+
+ATTN_LAB = os.path.abspath(sys.argv[1])
 SEED = 20261130
-failures, checks = [], 0
 
 
-def record(ok, what):
-    global checks
-    checks += 1
-    if not ok:
-        failures.append(what)
-        print("FAIL", what)
+CHECKS = Checks()
+record = CHECKS.record
 
 
 def run(args, cwd, status=0):
@@ -168,5 +165,4 @@ with tempfile.TemporaryDirectory() as work:
     print(f"numpy {np.__version__}, seed {SEED}")
     check_attend(work, rng)
     check_layer(work, rng)
-print(f"{checks} checks, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+CHECKS.finish()

@@ -39,14 +39,14 @@ import sys
 import tempfile
 
 import numpy as np
+
+from checklib import Checks
 import torch
 
-ATTN_LAB = sys.argv[1]
+ATTN_LAB = os.path.abspath(sys.argv[1])
 SEED = 20261130
 LD = np.longdouble
 U64 = 2.0 ** -53
-failures = []
-checks = 0
 
 
 def gamma(k, u):
@@ -112,12 +112,8 @@ def attention_bound(q, k, v, scale, bias, eq, ek, ev, u_acc, u_out):
     return dp @ abs(v) + p @ ev + gamma(n, u_acc) * (p @ abs(v)) + u_out * abs(out)
 
 
-def record(ok, what):
-    global checks
-    checks += 1
-    if not ok:
-        failures.append(what)
-        print("FAIL", what)
+CHECKS = Checks()
+record = CHECKS.record
 
 
 def verdicts(label, ours, torch64, truth, bound_ours, bound_torch, baseline_err, u_store, valid):
@@ -244,19 +240,30 @@ def layer_cases():
     ]
 
 
-def mha_ld(x, kv, sd, heads, causal):
-    """nn.MultiheadAttention's forward in long double from the state_dict."""
-    E = x.shape[-1]
+def projections(sd, E):
+    """W_Q, W_K, W_V and their biases from a state_dict, either layout."""
     if "in_proj_weight" in sd:
         wq, wk, wv = np.split(sd["in_proj_weight"], 3)
     else:
         wq, wk, wv = sd["q_proj_weight"], sd["k_proj_weight"], sd["v_proj_weight"]
     bq, bk, bv = np.split(sd["in_proj_bias"], 3) if "in_proj_bias" in sd else (np.zeros(E),) * 3
+    return wq, wk, wv, bq, bk, bv
+
+
+def causal_bias(L, S):
+    """0 where query i sees key j (j <= i + S - L, bottom-right), -inf elsewhere."""
+    return np.where(np.tril(np.ones((L, S), dtype=bool), k=S - L), 0.0, -np.inf)
+
+
+def mha_ld(x, kv, sd, heads, causal):
+    """nn.MultiheadAttention's forward in long double from the state_dict."""
+    E = x.shape[-1]
+    wq, wk, wv, bq, bk, bv = projections(sd, E)
     lin = lambda a, w, b: a.astype(LD) @ w.T.astype(LD) + b.astype(LD)
     q, k, v = lin(x, wq, bq), lin(kv, wk, bk), lin(kv, wv, bv)
     B, L, S, d = x.shape[0], x.shape[1], kv.shape[1], E // heads
     split = lambda t, n: np.swapaxes(t.reshape(B, n, heads, d), 1, 2)
-    add = np.zeros((L, S)) if not causal else np.where(np.tril(np.ones((L, S), dtype=bool), k=S - L), 0.0, -np.inf)
+    add = causal_bias(L, S) if causal else np.zeros((L, S))
     o = attention_ld(split(q, L), split(k, S), split(v, S), 1 / np.sqrt(d), add)
     o = np.swapaxes(o, 1, 2).reshape(B, L, E)
     bo = sd.get("out_proj.bias", np.zeros(E))
@@ -268,17 +275,13 @@ def layer_bound(x, kv, sd, heads, causal, u_s, u_acc):
     (gamma_{in+1}(u64) (|x||W|^T + |b|)), the core's inputs rounded to
     storage (u_s |q|), the core (attention_bound), the output projection."""
     E = x.shape[-1]
-    if "in_proj_weight" in sd:
-        wq, wk, wv = np.split(sd["in_proj_weight"], 3)
-    else:
-        wq, wk, wv = sd["q_proj_weight"], sd["k_proj_weight"], sd["v_proj_weight"]
-    bq, bk, bv = np.split(sd["in_proj_bias"], 3) if "in_proj_bias" in sd else (np.zeros(E),) * 3
+    wq, wk, wv, bq, bk, bv = projections(sd, E)
     B, L, S, d = x.shape[0], x.shape[1], kv.shape[1], E // heads
     split = lambda t, n: np.swapaxes(t.reshape(B, n, heads, d), 1, 2)
     proj = lambda a, w, b: (a @ w.T + b, gamma(a.shape[-1] + 1, U64) * (abs(a) @ abs(w).T + abs(b)))
     (q, eq), (k, ek), (v, ev) = proj(x, wq, bq), proj(kv, wk, bk), proj(kv, wv, bv)
     eq, ek, ev = (e + u_s * (abs(t) + e) for e, t in ((eq, q), (ek, k), (ev, v)))
-    add = np.zeros((L, S)) if not causal else np.where(np.tril(np.ones((L, S), dtype=bool), k=S - L), 0.0, -np.inf)
+    add = causal_bias(L, S) if causal else np.zeros((L, S))
     qs, ks, vs = split(q, L), split(k, S), split(v, S)
     eo = attention_bound(qs, ks, vs, 1 / np.sqrt(d), add, split(eq, L), split(ek, S), split(ev, S), u_acc, u_s)
     with np.errstate(invalid="ignore"):
@@ -421,5 +424,4 @@ for kind, log in (("attend", ATTEND_LOG), ("layer", LAYER_LOG)):
         print(f"  {kind:6s} {precision}: naive {max(r[2] for r in rows):.3g}, torch64 {max(r[3] for r in rows):.3g}"
               f" over {len(rows)} cases")
 print("largest error / allowed of the 2x rule: " + ", ".join(f"{p} {r:.2f}" for p, r in HEADROOM.items()))
-print(f"{checks} checks, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+CHECKS.finish()
