@@ -11,6 +11,7 @@ outputs must have the inputs' rank. Values are chosen exactly representable
 in float16, so every dtype carries the same numbers. Wrong ranks and
 mismatched files must be one clear error line and exit status 2.
 """
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +23,9 @@ from checklib import Checks
 
 ATTN_LAB = os.path.abspath(sys.argv[1])
 SEED = 20261130
+BASELINE = next(b["name"] for b in json.loads(subprocess.run([ATTN_LAB, "list", "--json"], capture_output=True,
+                                                             text=True, check=True).stdout)["backends"]
+                if b["traits"]["baseline"])
 
 
 CHECKS = Checks()
@@ -46,7 +50,7 @@ def halves(rng, shape):
 def check_attend(work, rng):
     B, H, NQ, NKV, DK, DV = 1, 1, 6, 9, 4, 3
     q, k, v = halves(rng, (B, H, NQ, DK)), halves(rng, (B, H, NKV, DK)), halves(rng, (B, H, NKV, DV))
-    common = ["--backend", "naive", "--precision", "fp64", "--force"]
+    common = ["--backend", BASELINE, "--precision", "fp64", "--force"]
 
     def attend(files, *extra):
         run(["attend", "--q", files[0], "--k", files[1], "--v", files[2], "--out", "o.npy", "--weights", "w.npy",
@@ -122,7 +126,7 @@ def check_layer(work, rng):
     np.save(os.path.join(wdir, "in_proj_weight.npy"), w_in)
     for i, nm in enumerate("qkv"):
         np.save(os.path.join(sdir, f"{nm}_proj_weight.npy"), w_in[i * E:(i + 1) * E])
-    common = ["--heads", str(heads), "--backend", "naive", "--precision", "fp64", "--out", "o.npy", "--force"]
+    common = ["--heads", str(heads), "--backend", BASELINE, "--precision", "fp64", "--out", "o.npy", "--force"]
 
     def layer(xf, weights, *extra):
         run(["layer", "--x", xf, "--weights", weights] + common + list(extra), work)

@@ -62,6 +62,10 @@ def run(args, cwd):
 
 REGISTRY = json.loads(run(["list", "--json"], "."))
 BACKENDS = [b["name"] for b in REGISTRY["backends"]]
+# The same-precision baseline of the 2x rule, and the fused (online-softmax) backend, by trait.
+BASELINE = next(b["name"] for b in REGISTRY["backends"] if b["traits"]["baseline"])
+FUSED = next(b["name"] for b in REGISTRY["backends"] if b["traits"]["own_threads"]
+             and b["traits"]["memory_independent_of_n"])
 PRECISIONS = {p["name"]: p for p in REGISTRY["precisions"]}
 
 
@@ -216,11 +220,11 @@ def check_attend():
                     record(bool(np.isnan(torch64[dead]).all()), f"attend {name}: torch no longer NaN on masked rows")
                     for backend, o in outs.items():
                         record(bool((o[dead] == 0).all()), f"attend {name} {backend} {precision}: masked row not 0")
-                naive_err = float(np.max(abs(outs["naive"][valid] - truth[valid])))
+                naive_err = float(np.max(abs(outs[BASELINE][valid] - truth[valid])))
                 torch_err = float(np.max(abs(torch64[valid] - truth[valid])))
                 for backend, o in outs.items():
-                    baseline = torch_err if backend == "naive" and precision == "fp64" else naive_err
-                    if backend == "naive" and precision != "fp64":
+                    baseline = torch_err if backend == BASELINE and precision == "fp64" else naive_err
+                    if backend == BASELINE and precision != "fp64":
                         baseline = float(np.max(b_ours[valid]))  # no same-precision baseline of its own
                     verdicts(f"attend {name} {backend} {precision}", o, torch64, truth, b_ours, b_torch, baseline,
                              u_s, valid)
@@ -327,11 +331,11 @@ def check_layer():
                     args += ["--causal"] if causal else []
                     run(args, work)
                     outs[backend] = np.load(os.path.join(work, "o.npy")).reshape(B, L, E)
-                naive_err = float(np.max(abs(outs["naive"] - truth)))
+                naive_err = float(np.max(abs(outs[BASELINE] - truth)))
                 valid = np.ones_like(truth, dtype=bool)
                 for backend, o in outs.items():
                     baseline = naive_err
-                    if backend == "naive":
+                    if backend == BASELINE:
                         baseline = torch_err if precision == "fp64" else float(np.max(b_ours))
                     verdicts(f"layer {name} {backend} {precision}", o, t_out, truth, b_ours, b_torch, baseline, u_s,
                              valid)
@@ -359,7 +363,7 @@ def check_power():
         save(os.path.join(work, "allowed.npy"), allowed)
         save(os.path.join(work, "flipped.npy"), ~allowed)
 
-        def ours(*extra, precision="fp64", backend="naive"):
+        def ours(*extra, precision="fp64", backend=BASELINE):
             run(["attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--precision", precision, "--backend",
                  backend, "--out", "o.npy", "--force"] + list(extra), work)
             return np.load(os.path.join(work, "o.npy"))
@@ -384,7 +388,7 @@ def check_power():
             save(os.path.join(work, nm + ".npy"), t)
         T = attention_ld(fq, fk, fv, scale, add).astype(np.float64)
         naive_err = float(np.max(abs(ours("--mask", "bool:allowed.npy", precision="fp32") - T)))
-        stream = ours("--mask", "bool:allowed.npy", precision="fp32", backend="streaming")
+        stream = ours("--mask", "bool:allowed.npy", precision="fp32", backend=FUSED)
         floor = 2.0 ** -24 * float(np.max(abs(T)))
         sign = np.where(rng.random(T.shape) < 0.5, -1.0, 1.0)
         for factor, flagged in ((1, False), (10, True)):
@@ -405,7 +409,7 @@ def check_power():
         for key, t in sd.items():
             save(os.path.join(work, "w", key + ".npy"), t.T if key == "out_proj.weight" else t)
         save(os.path.join(work, "x.npy"), x)
-        run(["layer", "--x", "x.npy", "--heads", "4", "--weights", "w", "--backend", "naive", "--precision", "fp64",
+        run(["layer", "--x", "x.npy", "--heads", "4", "--weights", "w", "--backend", BASELINE, "--precision", "fp64",
              "--out", "o.npy"], work)
         o = np.load(os.path.join(work, "o.npy"))
         record(bool(np.any(abs(o - truth) > bound)), "power: a transposed out_proj.weight passes the layer bound")

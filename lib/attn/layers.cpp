@@ -11,6 +11,14 @@
 namespace attn {
 
 namespace {
+// The core's backend: the named one, or the fused one when none is named.
+const BackendInfo& core_backend(const Core& core) {
+  return core.backend.empty() ? fused_backend() : backend_info(core.backend);
+}
+}  // namespace
+
+
+namespace {
 
 template <class T>
 auto as_matrix(T* p, std::size_t rows, std::size_t cols) {
@@ -159,7 +167,7 @@ AttentionOutput MultiheadAttention::forward(const Sequence& query, const Sequenc
   opt.mask = mask;
   opt.need_weights = need_weights;
   opt.threads = core.threads;
-  RunReport r = backend_info(core.backend).run(core.precision, core.accumulate, in, opt, {}, 0);
+  RunReport r = core_backend(core).run(core.precision, core.accumulate, in, opt, {}, 0);
   AttentionOutput o{w_o_(merge_heads(r.out)), std::nullopt, std::nullopt};
   if (need_weights) {
     o.weights = std::move(r.weights);
@@ -181,7 +189,7 @@ Sequence MultiheadAttention::decode(const Sequence& x, KVCache& cache, const Cor
   cache.append(k, v);
   Options opt;
   opt.threads = core.threads;
-  const RunReport r = backend_info(core.backend).run(core.precision, core.accumulate, cache.view_with(q), opt, {}, 0);
+  const RunReport r = core_backend(core).run(core.precision, core.accumulate, cache.view_with(q), opt, {}, 0);
   return w_o_(merge_heads(r.out));
 }
 

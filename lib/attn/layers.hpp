@@ -36,7 +36,7 @@ struct Linear {
 
 // Where the attention core runs.
 struct Core {
-  std::string backend = "streaming";
+  std::string backend;  // a registered name; empty: fused_backend()
   std::string precision = "fp32";
   Accumulate accumulate = Accumulate::fp32;
   std::size_t threads = 1;

@@ -148,6 +148,11 @@ const BackendInfo& backend_info(std::string_view name) {
 
 const BackendInfo& exact_backend() { return with_trait(&BackendTraits::exact, "exact (the ground truth)"); }
 const BackendInfo& baseline_backend() { return with_trait(&BackendTraits::baseline, "the baseline"); }
+const BackendInfo& fused_backend() {
+  for (const BackendInfo& b : all_backends())
+    if (b.traits.own_threads && b.traits.memory_independent_of_n && b.traits.weights_from_lse) return b;
+  throw Error("no registered backend is fused (own threads, memory independent of n, weights from the logsumexp)");
+}
 
 void add_backend(BackendInfo row) {
   Table& t = table();

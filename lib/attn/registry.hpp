@@ -114,6 +114,9 @@ const BackendInfo& backend_info(std::string_view name);
 // baseline of comparisons (baseline); throws if none is registered.
 const BackendInfo& exact_backend();
 const BackendInfo& baseline_backend();
+// The fused one (FlashAttention's algorithm): its own threads, memory
+// independent of n, weights rebuilt from the logsumexp; the layers' default.
+const BackendInfo& fused_backend();
 // Adds a row at run time; throws Error if the name is taken. Rows added
 // here are listed, run and tested like the built-in ones.
 void add_backend(BackendInfo row);

@@ -69,9 +69,8 @@ struct Registration {
 #define ATTN_CLAIM(...) \
   static const ::attn::claims::Registration attn_claim_registration{::attn::claims::Claim{__VA_ARGS__}};
 
-// The backends claims compare, chosen by trait: the textbook baseline, the
-// online-softmax (FlashAttention) one (memory independent of n), the exact one.
-const BackendInfo& flash_backend();
+// The backends claims compare are chosen by trait (registry.hpp):
+// baseline_backend(), fused_backend() (FlashAttention's algorithm), exact_backend().
 
 // True when cfg can measure the heap; otherwise sets v inconclusive, saying why.
 bool heap_measurable(const Config& cfg, Verdict& v);

@@ -29,7 +29,7 @@ Verdict flash_error_at_most_twice(const Config& cfg) {
   double worst = 0;
   std::string worst_at;
   bool zero = false;
-  const BackendInfo &streaming = flash_backend(), &naive = baseline_backend();
+  const BackendInfo &streaming = fused_backend(), &naive = baseline_backend();
   for (std::string_view precision : {"bf16", "fp16"})
     for (std::size_t n : ns)
       for (double scale : {1.0, 10.0, 100.0})

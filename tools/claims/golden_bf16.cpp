@@ -28,7 +28,7 @@ ATTN_CLAIM(.id = "golden-bf16",
 
 Verdict golden_bf16_deviation(const Config& cfg) {
   Verdict v;
-  const BackendInfo &flash = flash_backend(), &baseline = baseline_backend();
+  const BackendInfo &flash = fused_backend(), &baseline = baseline_backend();
   std::vector<std::size_t> ns = cfg.smoke() ? std::vector<std::size_t>{64} : std::vector<std::size_t>{256, 1024};
   std::vector<double> ratios_bf16, ratios_fp32;
   for (std::size_t n : ns)

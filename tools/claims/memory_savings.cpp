@@ -38,7 +38,7 @@ Verdict memory_savings(const Config& cfg) {
   for (std::size_t n : ns) {
     const Inputs<double> in = random_inputs({1, 1, n, n, 64, 64}, cfg.seed);
     double extra[2], seconds[2];
-    const BackendInfo* both[2] = {&baseline_backend(), &flash_backend()};
+    const BackendInfo* both[2] = {&baseline_backend(), &fused_backend()};
     for (int k = 0; k < 2; ++k) {
       std::size_t bytes = 0;
       const CallObserver obs{cfg.heap_reset, [&] { bytes = cfg.heap_peak_growth(); }};
@@ -59,7 +59,7 @@ Verdict memory_savings(const Config& cfg) {
         << time_ratio << "; ";
     if (cfg.progress) cfg.progress("memory-savings: n=" + std::to_string(n));
   }
-  plot.series = {{"naive", naive_bytes}, {"streaming", streaming_bytes}};
+  plot.series = {{baseline_backend().name, naive_bytes}, {fused_backend().name, streaming_bytes}};
   v.plots.push_back(plot);
   v.outcome = ok ? Outcome::holds : Outcome::does_not_hold;
   v.why = why.str().substr(0, why.str().size() - 2);

@@ -26,7 +26,7 @@ ATTN_CLAIM(.id = "reference-rank",
 Verdict reference_precision_ranking(const Config& cfg) {
   Verdict v;
   const std::size_t problems = cfg.smoke() ? 4 : 20;
-  const BackendInfo &a = flash_backend(), &b = baseline_backend(),
+  const BackendInfo &a = fused_backend(), &b = baseline_backend(),
                       &reference = exact_backend();
   int inversions = 0;
   for (std::size_t p = 0; p < problems; ++p) {

@@ -34,12 +34,6 @@ const std::vector<Claim>& all_claims() {
   return sorted;
 }
 
-const BackendInfo& flash_backend() {
-  for (const BackendInfo& b : all_backends())
-    if (b.traits.memory_independent_of_n && b.traits.weights_from_lse) return b;
-  throw Error("no registered backend computes an online softmax with memory independent of n");
-}
-
 bool heap_measurable(const Config& cfg, Verdict& v) {
   if (cfg.heap_reset && cfg.heap_peak_growth) return true;
   v.outcome = Outcome::inconclusive;

@@ -52,7 +52,7 @@ int run(const Args& args) {
   opt.need_weights = args.has("--weights") || check;
   opt.need_lse = args.has("--lse") || check;
 
-  const BackendInfo& backend = backend_info(args.str("--backend", "naive"));
+  const BackendInfo& backend = args.has("--backend") ? backend_info(args.str("--backend")) : baseline_backend();
   const PrecisionInfo& precision = precision_info(args.str("--precision", "fp32"));
   const Accumulate acc = accumulate_option(args, precision);
   std::size_t peak = 0;
@@ -132,7 +132,7 @@ inputs (one of):
     --seed S                     seed of --random (default 0)
     --logit-scale X              multiplies Q, so scaled scores have std X (default 1)
 what to compute:
-  --backend NAME                 see `attn-lab list` (default naive)
+  --backend NAME                 see `attn-lab list` (default: the baseline, naive)
   --precision P                  fp64|fp32|bf16|fp16 storage; inputs are rounded to it (default fp32)
   --accumulate A                 fp64|fp32|storage (default: the precision's, see `attn-lab list`)
   --scale X                      score scale (default 1/sqrt(d_k))

@@ -9,7 +9,7 @@ namespace {
 int run(const Args& args) {
   refuse_overwrite(args, {"--out"});
   if (!args.has("--out")) throw Error("entropy needs --out FILE.json");
-  const BackendInfo& backend = backend_info(args.str("--backend", "naive"));
+  const BackendInfo& backend = args.has("--backend") ? backend_info(args.str("--backend")) : baseline_backend();
   const PrecisionInfo& precision = precision_info(args.str("--precision", "fp64"));
   const std::size_t draws = args.count("--draws", 2000);
   if (draws < 2) throw Error("--draws must be at least 2");
@@ -28,7 +28,7 @@ extern const Command entropy_command = {
     "                             1/sqrt(d_k) scale, and var(q.k), over d_k = 8 ... 1024\n",
     R"(attn-lab entropy [--backend B] [--precision P] [--draws N] --out FILE.json: EXAMPLES.md E7.
 N independent draws (default 2000) of one query over 10 keys per d_k = 8 ... 1024, iid N(0, 1),
-through backend B (default naive) in precision P (default fp64): the mean softmax entropy with
+through backend B (default: the baseline, naive) in precision P (default fp64): the mean softmax entropy with
 and without the 1/sqrt(d_k) scale, their standard errors, and the variance of q.k. --force
 replaces FILE.
 

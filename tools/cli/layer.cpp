@@ -58,7 +58,8 @@ int run(const Args& args) {
     if (!args.has("--kv")) kv = x;
   }
   Core core;
-  core.backend = backend_info(args.str("--backend", "streaming")).name;  // an unknown name fails here
+  core.backend = args.has("--backend") ? backend_info(args.str("--backend")).name  // an unknown name fails here
+                                       : fused_backend().name;
   const PrecisionInfo& precision = precision_info(args.str("--precision", "fp32"));
   core.precision = precision.name;
   core.accumulate = accumulate_option(args, precision);
