@@ -81,6 +81,11 @@ bool expect_verified(const RunReport& r, const Options& opt, const GroundTruth& 
     EXPECT_LE(c.row_sum_error, c.tolerance_row_sum) << what << ": row sums";
   }
   EXPECT_TRUE(c.within) << what;
+  EXPECT_LE(c.out.max_abs, c.tight_tolerance_out)
+      << what << ": output error above the tight tolerance (" << c.criterion << "; probabilistic bound "
+      << c.probable.out << ", baseline error " << c.baseline_error << ")";
+  EXPECT_TRUE(c.tight_within) << what << ": tight verdict (logsumexp " << c.lse.max_abs << " vs "
+                              << c.probable.lse << ", weights " << c.weights.max_abs << ")";
   return c.informative;
 }
 

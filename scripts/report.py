@@ -405,6 +405,29 @@ def accuracy_report(acc, folder):
             t = sorted(q["max_abs"] for q in pick(precision=prec, accumulate=a))
             if s:
                 lines.append(f"| {prec} | {a} | {t[len(t) // 2]:.3g} | {s[len(s) // 2]:.3g} | {len(s)} |")
+    tight = [q for q in pts if isinstance(q.get("tight_tolerance"), (int, float)) and q["tight_tolerance"] > 0]
+    if tight:
+        lines += ["", "## Headroom of each verdict", "",
+                  "Actual error over the tight tolerance (verify(): the probabilistic bound, failure probability "
+                  "1e-9 per check, and 2x the baseline backend's error + 2 (u_acc + u_store) max|O|), and over the "
+                  "worst-case bound, over every backend and problem of the sweep. A ratio near 1 means the verdict "
+                  "would flag a small increase of the error; the worst-case bound's small ratios are what it lets "
+                  "through. The criterion column says which part can decide in that configuration (the baseline is "
+                  "judged by the probabilistic bound alone; where that bound is trivial, the 2x rule alone decides).",
+                  "", "| precision | accumulate | criterion | points | median err/tight | max err/tight | "
+                  "median err/worst-case | failed tight | failed worst-case |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+        for prec in precisions:
+            for a in ("fp64", "fp32", "storage"):
+                group = [q for q in tight if q["precision"] == prec and q["accumulate"] == a]
+                for crit in sorted({q.get("criterion", "?") for q in group}):
+                    g = [q for q in group if q.get("criterion", "?") == crit]
+                    rt = sorted(q["max_abs"] / q["tight_tolerance"] for q in g)
+                    rw = sorted(q["max_abs"] / q["bound"] for q in g if q.get("bound"))
+                    lines.append(f"| {prec} | {a} | {crit} | {len(g)} | {rt[len(rt) // 2]:.3g} | {rt[-1]:.3g} | "
+                                 + (f"{rw[len(rw) // 2]:.3g}" if rw else "-") + " | "
+                                 f"{sum(1 for q in g if q.get('within_tight') is False)} | "
+                                 f"{sum(1 for q in g if q.get('within') is False)} |")
     return "\n".join(lines) + "\n", ["largest error at unit logits (d = 64, no mask): "
                                       + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items())]
 

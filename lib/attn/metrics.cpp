@@ -55,7 +55,25 @@ double gamma(double k, double u) {
   return k * u < 1 ? k * u / (1 - k * u) : std::numeric_limits<double>::infinity();
 }
 
-ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store) {
+double gamma_tilde(double k, double u, double lambda) {
+  return std::expm1(lambda * std::sqrt(k) * u + k * u * u / (1 - u));
+}
+
+double lambda_for(double failure_probability, double inner_products, double length, double u) {
+  return std::sqrt(2 * std::log(2 * inner_products * length / failure_probability)) / (1 - u);
+}
+
+namespace {
+
+// What the bounds need of the inputs: the largest |scaled score| magnitude
+// (scale |q|.|k| + |bias|) over visible pairs, max |V|, the largest |lse|
+// estimate, and the problem's sizes.
+struct Magnitudes {
+  double score_mag = 0, max_v = 0, max_lse = 0;
+  double n_kv = 1, d_k = 1, outputs = 1;
+};
+
+Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
   const Shape sh = in.shape();
   const MaskView mask(opt.mask, sh);
   const double scale = std::fabs(opt.resolved_scale(sh));
@@ -95,19 +113,42 @@ ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_ac
       }
     }
   for (double x : in.v) max_v = std::max(max_v, std::fabs(x));
+  return {score_mag, max_v, max_lse, double(sh.n_kv), double(sh.d_k),
+          double(sh.batch * sh.heads * sh.n_q) * double(std::max(sh.d_v, sh.n_kv))};
+}
 
-  const double n = double(sh.n_kv);
-  const double ds = gamma(double(sh.d_k) + 4, u_acc) * score_mag;
+// The derivation of metrics.hpp with g(k) in place of gamma_k(u_acc).
+template <class G>
+ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
+  const double n = m.n_kv, max_v = m.max_v, max_lse = m.max_lse;
+  const double ds = g(m.d_k + 4) * m.score_mag;
   ErrorBound bound;
   bound.score = ds;
   constexpr double u_double = 0x1p-53;  // weights and lse are returned in double
-  bound.weights = std::min(1.0, std::expm1(2 * ds) + gamma(2 * n + 8, u_acc) + u_double);
-  bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + gamma(4 * n + 10, u_acc) + u_store));
-  bound.lse = 3 * ds + gamma(2 * n + 4, u_acc) + (u_acc + u_double) * (std::log(n) + max_lse);
+  bound.weights = std::min(1.0, std::expm1(2 * ds) + g(2 * n + 8) + u_double);
+  bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + g(4 * n + 10) + u_store));
+  bound.lse = 3 * ds + g(2 * n + 4) + (u_acc + u_double) * (std::log(n) + max_lse);
   bound.weights_from_lse = std::min(1.0, std::expm1(ds + bound.lse) + 2 * u_acc + u_double);
-  bound.row_sum = gamma(n + 4, u_acc) + gamma(n, u_double);
+  bound.row_sum = g(n + 4) + gamma(n, u_double);
   bound.row_sum_from_lse = bound.row_sum + std::expm1(2 * u_acc * (max_lse + std::log(n)));
   return bound;
+}
+
+}  // namespace
+
+ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store) {
+  return bound_from(magnitudes(in, opt), u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
+}
+
+ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_acc, double u_store,
+                         double failure_probability) {
+  const Magnitudes m = magnitudes(in, opt);
+  ErrorBounds b;
+  b.worst = bound_from(m, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
+  b.lambda = lambda_for(failure_probability, m.outputs, 4 * m.n_kv + 10 + m.d_k, u_acc);
+  b.probable = bound_from(m, u_acc, u_store, [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); });
+  b.failure_probability = failure_probability;
+  return b;
 }
 
 }  // namespace attn

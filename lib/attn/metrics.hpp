@@ -54,4 +54,30 @@ struct ErrorBound {
 };
 ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store);
 
+// The probabilistic companion (Higham and Mary, "A new approach to
+// probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019,
+// Theorem 3.1): if the rounding errors of a k-term sum or inner product are
+// independent, mean-zero and of magnitude <= u, its error is within
+//   gamma~_k(lambda) = exp(lambda sqrt(k) u + k u^2 / (1 - u)) - 1
+// times the sum of magnitudes, except with probability at most
+// 2 k exp(-lambda^2 (1 - u)^2 / 2). Growth like sqrt(k), not k.
+double gamma_tilde(double k, double u, double lambda);
+// lambda for which `inner_products` bounds of sums of at most `length`
+// terms all hold except with probability <= failure_probability (a union bound).
+double lambda_for(double failure_probability, double inner_products, double length, double u);
+
+// Both bounds of one problem from one pass over its magnitudes: `worst` is
+// error_bound(); `probable` is the same derivation with each gamma_k(u_acc)
+// replaced by min(gamma_k, gamma~_k(lambda)), lambda chosen so every bound
+// of the check (one per output element and weight) holds except with
+// probability <= failure_probability under the model above. The model does
+// not hold where sums stagnate (storage accumulation in bf16/fp16): there
+// the baseline rule of verify.hpp decides.
+struct ErrorBounds {
+  ErrorBound worst, probable;
+  double lambda = 0, failure_probability = 0;
+};
+ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_acc, double u_store,
+                         double failure_probability = 1e-9);
+
 }  // namespace attn

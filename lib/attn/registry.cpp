@@ -134,6 +134,8 @@ RunReport BackendInfo::run(std::string_view precision, Accumulate acc, const Inp
   }
   report.u_acc = unit_roundoff(p, acc);
   report.u_store = p.unit_roundoff;
+  report.precision = p.name;
+  report.accumulate = acc;
   report.traits = traits;
   return report;
 }

@@ -82,6 +82,8 @@ struct RunReport {
   double seconds = 0;  // wall time of the first (cold) backend call: allocation and first touch included
   std::vector<double> warm_seconds;  // further calls reusing the same, already touched workspace
   double u_acc = 0, u_store = 0;     // unit roundoff of accumulation and storage
+  std::string_view precision;        // the storage precision's name
+  Accumulate accumulate = Accumulate::fp64;
   BackendTraits traits;              // of the backend that ran
   Inputs<double> rounded_inputs;     // the inputs as the backend saw them (after rounding to storage)
 };

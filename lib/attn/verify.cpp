@@ -108,18 +108,24 @@ GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double u_
   return t;
 }
 
-Check verify(const RunReport& r, const Options& opt, const GroundTruth& t) {
+Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const RunReport* baseline) {
   Check c;
   c.truth = t.kind;
-  c.bound = error_bound(r.rounded_inputs, opt, r.u_acc, r.u_store);
+  const ErrorBounds bounds = error_bounds(r.rounded_inputs, opt, r.u_acc, r.u_store);
+  c.bound = bounds.worst;
+  c.probable = bounds.probable;
+  c.failure_probability = bounds.failure_probability;
   c.out = compare(r.out, t.result.out, r.u_store);
   c.tolerance_out = c.bound.out + t.out_error;
-  c.informative = c.bound.out < 2 * max_abs(r.rounded_inputs.v);
+  const double trivial = 2 * max_abs(r.rounded_inputs.v);
+  c.informative = c.bound.out < trivial;
   c.within = c.out.max_abs <= c.tolerance_out && c.out.all_finite_where_ref_finite;
+  double tight_lse = INFINITY, tight_weights = INFINITY;
   if (r.lse && t.result.lse) {
     c.lse = compare(*r.lse, *t.result.lse, r.u_acc);
     c.tolerance_lse = c.bound.lse + t.lse_error;
     c.within = c.within && c.lse.max_abs <= c.tolerance_lse;
+    tight_lse = c.probable.lse + t.lse_error;
   }
   if (r.weights && t.result.weights) {
     const bool rebuilt = r.traits.weights_from_lse;
@@ -128,7 +134,32 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t) {
     c.row_sum_error = max_row_sum_error(*r.weights);
     c.tolerance_row_sum = rebuilt ? c.bound.row_sum_from_lse : c.bound.row_sum;
     c.within = c.within && c.weights.max_abs <= c.tolerance_weights && c.row_sum_error <= c.tolerance_row_sum;
+    tight_weights = (rebuilt ? c.probable.weights_from_lse : c.probable.weights) + t.weights_error;
   }
+
+  // The tight verdict: the probabilistic bound and the baseline rule.
+  const double probable_out = c.probable.out + t.out_error;
+  const bool probable_informative = c.probable.out < trivial;
+  c.floor = 2 * (r.u_acc + r.u_store) * max_abs(t.result.out);
+  const bool is_baseline = r.traits.baseline;
+  if (!is_baseline) {
+    if (baseline) {
+      c.baseline_error = compare(baseline->out, t.result.out, baseline->u_store).max_abs;
+    } else {
+      Options o = opt;
+      o.need_weights = o.need_lse = false;
+      const RunReport b = baseline_backend().run(r.precision, r.accumulate, r.rounded_inputs, o);
+      c.baseline_error = compare(b.out, t.result.out, b.u_store).max_abs;
+    }
+  }
+  const double rule = is_baseline ? INFINITY : 2 * c.baseline_error + c.floor;
+  c.tight_tolerance_out = std::min(probable_out, rule);
+  c.criterion = is_baseline ? (probable_informative ? "probabilistic bound (the baseline itself)"
+                                                    : "none informative (the baseline, bound trivial)")
+                            : (probable_informative ? "probabilistic bound and 2x baseline"
+                                                    : "2x baseline (probabilistic bound trivial)");
+  c.tight_within = c.out.max_abs <= c.tight_tolerance_out && c.out.all_finite_where_ref_finite &&
+                   c.lse.max_abs <= tight_lse && c.weights.max_abs <= tight_weights;
   return c;
 }
 

@@ -51,6 +51,11 @@ Json point(std::string_view backend, std::string_view precision, std::string_vie
           {"u_store", u_store},
           {"u_acc", u_acc},
           {"bound", check.tolerance_out},
+          {"probable_bound", check.probable.out},
+          {"baseline_error", check.baseline_error},
+          {"tight_tolerance", check.tight_tolerance_out},
+          {"criterion", check.criterion},
+          {"within_tight", check.tight_within},
           {"informative", check.informative},
           {"within", check.within},
           {"finite", check.out.all_finite_where_ref_finite}};
@@ -76,13 +81,14 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
     }
     for (const PrecisionInfo& precision : precisions()) {
       const GroundTruth truth = ground_truth(rounded_to(precision, in), opt, precision.unit_roundoff);
-      for (const BackendInfo& b : all_backends()) {
-        if (b.traits.exact) continue;  // the truth itself
-        for (Accumulate acc : accumulate_policies()) {
-          if (precision.default_accumulate == Accumulate::fp64 && acc == Accumulate::storage) continue;  // = fp64
-          const RunReport r = b.run(precision.name, acc, in, opt, {}, 0);
-          json["points"].push_back(point(b.name, precision.name, accumulate_name(acc), pr, r.out, verify(r, opt, truth),
-                                         truth.result.out, r.u_store, r.u_acc));
+      for (Accumulate acc : accumulate_policies()) {
+        if (precision.default_accumulate == Accumulate::fp64 && acc == Accumulate::storage) continue;  // = fp64
+        const RunReport base = baseline_backend().run(precision.name, acc, in, opt, {}, 0);
+        for (const BackendInfo& b : all_backends()) {
+          if (b.traits.exact) continue;  // the truth itself
+          const RunReport r = b.traits.baseline ? base : b.run(precision.name, acc, in, opt, {}, 0);
+          json["points"].push_back(point(b.name, precision.name, accumulate_name(acc), pr, r.out,
+                                         verify(r, opt, truth, &base), truth.result.out, r.u_store, r.u_acc));
         }
       }
     }
@@ -91,13 +97,18 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
     for (const Fp8Format& f : {e4m3, e5m2}) {
       const Inputs<double> seen{quantise_fp8(in.q, f), quantise_fp8(in.k, f), quantise_fp8(in.v, f)};
       const GroundTruth truth = ground_truth(seen, opt, f.unit_roundoff());
-      for (const BackendInfo& b : all_backends()) {
-        if (b.traits.exact) continue;
+      auto quantised_run = [&](const BackendInfo& b) {
         RunReport r = b.run("fp32", Accumulate::fp32, seen, opt, {}, 0);
         r.out = quantise_fp8(r.out, f);
         r.u_store = f.unit_roundoff();
-        json["points"].push_back(point(b.name, f.name, "fp32", pr, r.out, verify(r, opt, truth), truth.result.out,
-                                       f.unit_roundoff(), r.u_acc));
+        return r;
+      };
+      const RunReport base = quantised_run(baseline_backend());
+      for (const BackendInfo& b : all_backends()) {
+        if (b.traits.exact) continue;
+        const RunReport r = b.traits.baseline ? base : quantised_run(b);
+        json["points"].push_back(point(b.name, f.name, "fp32", pr, r.out, verify(r, opt, truth, &base),
+                                       truth.result.out, f.unit_roundoff(), r.u_acc));
       }
     }
   }
