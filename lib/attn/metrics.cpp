@@ -124,6 +124,7 @@ ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
   const double ds = g(m.d_k + 4) * m.score_mag;
   ErrorBound bound;
   bound.score = ds;
+  bound.score_magnitude = m.score_mag;
   constexpr double u_double = 0x1p-53;  // weights and lse are returned in double
   bound.weights = std::min(1.0, std::expm1(2 * ds) + g(2 * n + 8) + u_double);
   bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + g(4 * n + 10) + u_store));

@@ -50,6 +50,7 @@ double gamma(double k, double u);
 // are far smaller (they grow like sqrt(n), not n).
 struct ErrorBound {
   double score = 0;  // ds: the bound on any scaled, masked score's error
+  double score_magnitude = 0;  // max over visible pairs of |scale| |q|.|k| + |bias|
   double out = 0, weights = 0, lse = 0, weights_from_lse = 0, row_sum = 0, row_sum_from_lse = 0;
 };
 ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store);
