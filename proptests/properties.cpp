@@ -86,6 +86,23 @@ bool visible(const MaskView& mask, std::size_t bb, std::size_t i, std::size_t j)
   return j >= keys.begin && j < keys.end && !(mask.elementwise() && mask.offset(i, j) == -inf);
 }
 
+// The run's weights against weights computed apart from every backend
+// (fp64_gemm_attention: DGEMM scores, a row softmax in double), elementwise,
+// within the run's probabilistic bound plus that computation's own bound. A
+// backend that rebuilds its weights from its logsumexp (streaming) would pass
+// row-sum and masked-zero checks of its own weights with a tile dropped or
+// the causal hull shifted; this check would not.
+void assert_weights_match_independent(const Run& run) {
+  const GroundTruth t = ground_truth(run.in, run.opt, run.r.u_store, /*budget=*/0);
+  RC_ASSERT(t.kind == TruthKind::fp64_gemm);
+  const ErrorBounds bounds = error_bounds(run.in, run.opt, run.r.u_acc, run.r.u_store);
+  const double tol =
+      (run.r.traits.weights_from_lse ? bounds.probable.weights_from_lse : bounds.probable.weights) + t.weights_error;
+  const ErrorStats e = compare(*run.r.weights, *t.result.weights, run.r.u_store);
+  RC_LOG() << "weights vs independent: " << e.max_abs << " (tolerance " << tol << ")\n";
+  RC_ASSERT(e.max_abs <= tol);
+}
+
 double sample_variance(const xt::xtensor<double, 3>& x) {
   double sum = 0, sum2 = 0;
   for (double v : x) sum += v;
@@ -111,7 +128,8 @@ std::map<std::string, std::map<std::string, int>>& case_tally() {
   return t;
 }
 
-// Rows of the weights sum to 1 within the derived bound; weights in [0, 1].
+// Rows of the weights sum to 1 within the derived bound; weights in [0, 1];
+// and they are the weights an independent computation finds.
 ATTN_PROPERTY(rows_sum_to_one, "rows sum to 1", 2e6, b, c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const auto& w = *run.r.weights;
@@ -128,6 +146,7 @@ ATTN_PROPERTY(rows_sum_to_one, "rows sum to 1", 2e6, b, c) {
       if (row_fully_masked(run, r / w.shape(2), r % w.shape(2))) RC_ASSERT(sum == 0.0);
       else RC_ASSERT(std::fabs(sum - 1) <= tol);
     }
+    assert_weights_match_independent(run);
   });
 }
 
@@ -142,6 +161,7 @@ ATTN_PROPERTY(masked_weights_are_zero_and_masked_inputs_irrelevant, "masked weig
         for (std::size_t i = 0; i < sh.n_q; ++i)
           for (std::size_t j = 0; j < sh.n_kv; ++j)
             if (!visible(mask, bb, i, j)) RC_ASSERT((*run.r.weights)(bb, h, i, j) == 0.0);
+    assert_weights_match_independent(run);  // and the visible ones are the right ones
 
     // Row i = the last query of batch 0: replace what it cannot see.
     const std::size_t i = sh.n_q - 1;

@@ -1,0 +1,148 @@
+"""The mutation catalogue of scripts/mutate: deliberate bugs in the real
+backend sources (streaming, the slab kernel of math and blocked, the
+micro-kernel, the shared tiles, masks and softmax), one entry per mutant.
+
+Each entry replaces `find` (which must occur exactly `count` times in `file`;
+`nth` picks one occurrence, 1-based) by `replace`. `equivalent` gives the
+reason a mutant cannot change any result beyond rounding; such mutants are
+still built and run (their survival is then expected), but do not count
+against the score. Adding a mutant: one `Mutant(...)` line below;
+`scripts/mutate --list` shows the catalogue, `scripts/mutate ID` runs one.
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    id: str
+    file: str  # relative to the repository root
+    find: str
+    replace: str
+    what: str
+    nth: int = 1           # which occurrence of `find` to replace
+    count: int = 1         # how many occurrences the file must hold
+    equivalent: str = ""   # why no result can change (beyond rounding), if so
+
+
+ST = "lib/attn/backends/streaming.cpp"
+SLAB = "lib/attn/backends/slab_kernel.hpp"
+MICRO = "lib/attn/backends/microkernel.cpp"
+KCPP = "lib/attn/backends/kernels.cpp"
+KHPP = "lib/attn/backends/kernels.hpp"
+PROBLEM = "lib/attn/problem.cpp"
+NAIVE = "lib/attn/backends/naive_kernel.hpp"
+
+MUTANTS = [
+    # streaming: the online-softmax recurrence
+    Mutant("st-skip-o-rescale", ST, "for (std::size_t c = 0; c < d_v; ++c) O_i[r_ * d_v + c] *= alpha;", "",
+           "O is not rescaled when the running max grows"),
+    Mutant("st-skip-l-rescale", ST, "l_i[r_] *= alpha;", "", "l is not rescaled when the running max grows"),
+    Mutant("st-rescale-threshold", ST, "if (m_new > m_i[r_]) {", "if (m_new > m_i[r_] + A(0.5)) {",
+           "max, O and l kept when the max grows by less than 0.5"),
+    Mutant("st-max-not-updated", ST, "m_i[r_] = m_new;", "", "the running max is never stored"),
+    Mutant("st-alpha-inverted", ST, "exp_of<A>(m_i[r_] - m_new)", "exp_of<A>(m_new - m_i[r_])",
+           "rescale factor exp(m_new - m_old) instead of exp(m_old - m_new)"),
+    Mutant("st-alpha-first-one", ST, "exp_of<A>(m_i[r_] - m_new) : zero", "exp_of<A>(m_i[r_] - m_new) : A(1)",
+           "the first tile's rescale factor 1 instead of 0",
+           equivalent="on the first visible tile l_i and O_i are still 0, so 1 * 0 = 0 * 0"),
+    Mutant("st-l-overwritten", ST, "l_i[r_] += row_sum;", "l_i[r_] = row_sum;",
+           "l holds only the last tile's sum"),
+    Mutant("st-lse-wrong-row", ST, "RowSoftmax<A>{m_i[r_], l_i[r_], masked}", "RowSoftmax<A>{m_i[0], l_i[0], masked}",
+           "the logsumexp of the block's first row for every row"),
+    Mutant("st-ragged-key-tile-dropped", ST, "for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {",
+           "for (std::size_t j0 = lo; j0 + B_c <= hi; j0 += B_c) {", "the last, partial key tile is skipped"),
+    Mutant("st-hull-edge", ST, "keys.begin < j0 + cols && keys.end > j0 &&", "keys.begin < j0 + cols && keys.end > j0 + 1 &&",
+           "a row that sees only the first key of a tile is left out of the hull"),
+    Mutant("st-hull-last-row", ST, "hull.last = r_ + 1;", "hull.last = r_;", "the hull ends one row early"),
+    Mutant("st-mask-skip-edge", ST, "if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row",
+           "if (mask.elementwise() || keys.begin > j0 || keys.end + 1 < j0 + cols) mask_row",
+           "a tile whose rows see all but its last key is not masked"),
+    Mutant("st-hull-queries", ST, "T::scores(Q_i + rs.first * d_k,", "T::scores(Q_i,",
+           "the scores of a hull that starts below row 0 use the block's first queries"),
+    Mutant("st-o-not-reset", ST, "std::fill(O_i, O_i + rows * d_v, zero);", "",
+           "a worker's O tile is reused across query blocks without reset"),
+    Mutant("st-l-not-reset", ST, "std::fill(l_i, l_i + rows, zero);", "",
+           "a worker's l is reused across query blocks without reset"),
+    Mutant("st-m-not-reset", ST, "std::fill(m_i, m_i + rows, minus_inf);", "",
+           "a worker's running max is reused across query blocks without reset"),
+    Mutant("st-scale-twice-fp32", ST, "s, cols, rows, cols, d_k, scale, false)", "s, cols, rows, cols, d_k, scale * scale, false)",
+           "the scale applied twice in the fp32 (micro-kernel) path"),
+    Mutant("st-scale-missing-other", ST, "detail::scores_tile<A>(q, k, s, rows, cols, d_k, scale);",
+           "detail::scores_tile<A>(q, k, s, rows, cols, d_k, A(1));",
+           "no scale in the fp64 / storage-accumulation path"),
+    Mutant("st-l-narrowed", ST, "const A row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);",
+           "const A row_sum = A(float(exp_shifted_sum(s, cols, m_new, /*simd=*/true)));",
+           "the tile's row sum narrowed to float (a wrong accumulator in fp64)"),
+    Mutant("st-v-tile-shift", ST, "as_accumulate(&in.v(b, h, j0, 0), cols * d_v, v_buf)",
+           "as_accumulate(&in.v(b, h, j0 > 0 ? j0 - 1 : 0, 0), cols * d_v, v_buf)",
+           "V tiles after the first start one key early"),
+    Mutant("st-weights-last-col", ST, "for (std::size_t c = 0; c < cols; ++c) w[c] = convert<double>",
+           "for (std::size_t c = 0; c + 1 < cols; ++c) w[c] = convert<double>",
+           "the rebuilt weights miss the last key of each tile"),
+    Mutant("st-weights-unnormalised", ST, "A(m_i[r_] + log_of<A>(l_i[r_]))", "A(m_i[r_])",
+           "the rebuilt weights are shifted by the max, not the logsumexp"),
+    # the slab kernel: math (one slab) and blocked (slabs of B_q rows)
+    Mutant("slab-ragged-slab-dropped", SLAB, "for (std::size_t i0 = 0; i0 < n_q; i0 += b_q) {",
+           "for (std::size_t i0 = 0; i0 + b_q <= n_q; i0 += b_q) {", "the last, partial slab of queries is skipped"),
+    Mutant("slab-mask-skip-edge", SLAB, "keys.begin > lo || keys.end < hi) mask_row",
+           "keys.begin > lo || keys.end + 1 < hi) mask_row", "a row that sees all but the slab's last key is not masked"),
+    Mutant("slab-weights-offset", SLAB, "w[lo + c] =", "w[c] =", "weights written from key 0, not from the slab's first key"),
+    Mutant("slab-weights-unnormalised", SLAB, "convert<double>(A(p_i[c] / row_l[r_]))", "convert<double>(A(p_i[c]))",
+           "weights returned before division by the row sum"),
+    Mutant("slab-l-wrong-row", SLAB, "convert<S>(A(o_slab[x] / row_l[r_]))", "convert<S>(A(o_slab[x] / row_l[0]))",
+           "each output divided by the slab's first row sum"),
+    Mutant("slab-k-offset", SLAB, "scores_tile<A>(q, k + lo * d_k,", "scores_tile<A>(q, k,",
+           "scores use K from key 0 when the slab's keys start at lo"),
+    Mutant("slab-v-offset", SLAB, "pv_tile<A>(slab, v + lo * d_v,", "pv_tile<A>(slab, v,",
+           "P V uses V from key 0 when the slab's keys start at lo"),
+    Mutant("slab-unnormalised-always", SLAB, "constexpr bool unnormalised = is_native_float<A>;",
+           "constexpr bool unnormalised = true;",
+           "bf16/fp16 accumulation leaves P unnormalised (P~ V in the storage type)"),
+    # the register-blocked micro-kernel (fp32 accumulation in streaming)
+    Mutant("micro-k-short", MICRO, "for (std::size_t p = 0; p < k; ++p) {\n    batch bv[NV];",
+           "for (std::size_t p = 0; p + 1 < k; ++p) {\n    batch bv[NV];", "the last term of each dot product is dropped"),
+    Mutant("micro-ragged-rows", MICRO, "for (; i < m; ++i) micro<1, NV>", "for (; i + 1 < m; ++i) micro<1, NV>",
+           "the last row left over by MR is skipped"),
+    Mutant("micro-panel-edge", MICRO, "for (; j + W <= n; j += W) column_panel<1>", "for (; j + W < n; j += W) column_panel<1>",
+           "a last full vector of columns goes to the scalar tail",
+           equivalent="the scalar tail computes the same fma chain in the same order, then the same alpha and add"),
+    Mutant("micro-tail-overwrites", MICRO, "accumulate ? c[i * ldc + jj] + dot * alpha : dot * alpha",
+           "dot * alpha", "the scalar column tail ignores `accumulate` (P V overwrites O)"),
+    Mutant("micro-accumulate-inverted", MICRO, "if (accumulate) r += batch::load_unaligned(ci);",
+           "if (!accumulate) r += batch::load_unaligned(ci);", "vector blocks add C when they should overwrite it"),
+    Mutant("micro-pack-widened-short", MICRO, "for (std::size_t l = 0; l < len; ++l) out[(l0 + l) * rows + j] = row[l];",
+           "for (std::size_t l = 0; l + 1 < len; ++l) out[(l0 + l) * rows + j] = row[l];",
+           "packing bf16/fp16 K drops each key's last component"),
+    Mutant("micro-bf16-tail", MICRO, "for (; i < n; ++i) dst[i] = float(src[i]);",
+           "for (; i + 1 < n; ++i) dst[i] = float(src[i]);", "widening bf16 drops the last value", nth=1, count=2),
+    Mutant("micro-f16c-edge", MICRO, "for (; i + 8 <= n; i += 8)", "for (; i + 8 < n; i += 8)",
+           "a last full group of 8 fp16 values is widened by the scalar tail",
+           equivalent="the scalar tail converts fp16 to float exactly, as F16C does"),
+    # the shared GEMM tiles (math, blocked, streaming outside fp32)
+    Mutant("tile-pv-add-lost", KCPP, "add ? A(1) : A(0)", "A(0)", "P V tiles overwrite instead of accumulating"),
+    Mutant("tile-scores-unscaled", KCPP, "false, true, alpha, A(0)", "false, true, A(1), A(0)",
+           "GEMM scores without the scale"),
+    # shared loops, masks and softmax (every backend, and the truth's mask semantics)
+    Mutant("loops-dot-short", KHPP, "for (std::size_t l = 0; l < d; ++l) dot +=", "for (std::size_t l = 0; l + 1 < d; ++l) dot +=",
+           "loop scores drop the last component (naive, reference, storage accumulation)"),
+    Mutant("loops-pv-no-reset", KHPP, "if (!add) std::fill(o_r, o_r + d_v, zero);", "",
+           "loop P V accumulates onto what the buffer held"),
+    Mutant("mask-row-edge", KHPP, "if (j < keys.begin || j >= keys.end) s[c] = minus_inf;",
+           "if (j < keys.begin || j > keys.end) s[c] = minus_inf;", "mask_row lets one key past the visible range through"),
+    Mutant("block-keys-end", KHPP, "span.end = std::max(span.end, keys.end);", "span.end = std::max(span.end, keys.end - 1);",
+           "the tiled backends' key range ends one key early"),
+    Mutant("row-max-min", KHPP, "acc = xsimd::select(x > acc, x, acc);", "acc = xsimd::select(x < acc, x, acc);",
+           "the lane-wise row max takes minima (a wrong shift: overflow at large logits)"),
+    Mutant("softmax-last-unnormalised", KHPP, "for (std::size_t j = 0; j < n; ++j) s[j] /= l;",
+           "for (std::size_t j = 0; j + 1 < n; ++j) s[j] /= l;", "the last weight of a row is not divided by the sum"),
+    Mutant("exp-simd-edge", KHPP, "for (; j + batch::size <= n; j += batch::size) {\n        const batch e",
+           "for (; j + batch::size < n; j += batch::size) {\n        const batch e",
+           "a last full vector of exps goes to the scalar tail",
+           equivalent="std::exp and xsimd::exp agree within 1.5 ulp; the sum's order changes by one rounding"),
+    Mutant("lse-sign", KHPP, "A(r.m + log_of<A>(r.l))", "A(r.m - log_of<A>(r.l))", "logsumexp m - log l"),
+    Mutant("causal-diagonal", PROBLEM, "return {0, static_cast<std::size_t>(last + 1)};",
+           "return {0, static_cast<std::size_t>(last)};", "a causal query does not see its own key"),
+    Mutant("window-short", PROBLEM, "static_cast<std::ptrdiff_t>(w->window) + 1;", "static_cast<std::ptrdiff_t>(w->window) + 2;",
+           "a sliding window one key short"),
+    Mutant("naive-window-k", NAIVE, "k + keys.begin * d_k,", "k,", "naive scores use K from key 0 under a window"),
+]
