@@ -156,6 +156,12 @@ const BackendInfo& fused_backend() {
   throw Error("no registered backend is fused (own threads, memory independent of n, weights from the logsumexp)");
 }
 
+const BackendInfo& gemm_backend() {
+  for (const BackendInfo& b : all_backends())
+    if (b.traits.uses_blas && !b.traits.tiled && !b.traits.exact && !b.traits.baseline) return b;
+  throw Error("no registered backend is the standard GEMM attention (BLAS, not tiled)");
+}
+
 void add_backend(BackendInfo row) {
   Table& t = table();
   std::lock_guard lock(t.mutex);

@@ -119,6 +119,10 @@ const BackendInfo& baseline_backend();
 // The fused one (FlashAttention's algorithm): its own threads, memory
 // independent of n, weights rebuilt from the logsumexp; the layers' default.
 const BackendInfo& fused_backend();
+// The standard GEMM attention (BLAS, the whole score matrix at once, not
+// tiled): what memory-efficient attention is compared with (Rabe & Staats
+// 2021, FlashAttention).
+const BackendInfo& gemm_backend();
 // Adds a row at run time; throws Error if the name is taken. Rows added
 // here are listed, run and tested like the built-in ones.
 void add_backend(BackendInfo row);

@@ -52,25 +52,60 @@ struct Config {
   std::function<std::size_t()> heap_peak_growth;
 };
 
-struct Claim {
-  std::string_view id, source, quote, statement, experiment, criterion;
-  Verdict (*run)(const Config&);
+// A criterion's change after a run: the old text, the new and why.
+struct Revision {
+  std::string_view date, old_criterion, new_criterion, reason;
 };
 
-// Every registered claim, ordered by id.
+// A claim: its experiment (registered by ATTN_CLAIM in the claim's .cpp)
+// and its ledger entry (tools/claims/ledger.json, built into attn-lab):
+// source, quote, statement, experiment, criterion, the date it was
+// registered, whether that registration preceded the experiment's code
+// (pre-registered) and every revision of the criterion.
+struct Claim {
+  std::string_view id, source, quote, statement, experiment, criterion, registered, note;
+  bool preregistered = false;
+  std::vector<Revision> revisions;
+  Verdict (*run)(const Config&) = nullptr;
+};
+
+// Every registered claim with its ledger entry, ordered by id. A claim
+// without an entry, an entry missing a field or two claims with one id are
+// programming errors reported (as attn::Error) at the first call. Entries
+// without an experiment yet (registered ahead of the code) are not listed.
 const std::vector<Claim>& all_claims();
 
-// Adds a claim to the ledger at start-up (through ATTN_CLAIM); a second
-// claim with the same id is a programming error reported at the first
-// all_claims().
+// What a claim's .cpp registers: its id and its experiment.
+struct Experiment {
+  std::string_view id;
+  Verdict (*run)(const Config&);
+};
+// Adds a claim's experiment at start-up (through ATTN_CLAIM(.id, .run)).
 struct Registration {
-  explicit Registration(const Claim& c);
+  explicit Registration(const Experiment& e);
 };
 #define ATTN_CLAIM(...) \
-  static const ::attn::claims::Registration attn_claim_registration{::attn::claims::Claim{__VA_ARGS__}};
+  static const ::attn::claims::Registration attn_claim_registration{::attn::claims::Experiment{__VA_ARGS__}};
 
 // The backends claims compare are chosen by trait (registry.hpp):
 // baseline_backend(), fused_backend() (FlashAttention's algorithm), exact_backend().
+
+// A timing comparison that noise cannot flip: the ratio of the medians of
+// two samples of timings (numerator / denominator) with a 95% interval from
+// 2,000 bootstrap resamples of each sample (fixed seed, so the same timings
+// give the same interval). A timing criterion is decided only when the whole
+// interval lies on one side of its threshold; otherwise the verdict is
+// inconclusive, within noise.
+struct RatioInterval {
+  double median = 0, low = 0, high = 0;
+};
+RatioInterval median_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator);
+// holds if the interval lies entirely <= `threshold`, does not hold if entirely above, inconclusive otherwise.
+Outcome at_most(const RatioInterval& r, double threshold);
+// Timings of `rounds` x `per_round` calls of a and b, alternating rounds so
+// that drift of a shared machine falls on both.
+void alternate_timings(std::size_t rounds, const std::function<std::vector<double>()>& a,
+                       const std::function<std::vector<double>()>& b, std::vector<double>& ta, std::vector<double>& tb);
 
 // True when cfg can measure the heap; otherwise sets v inconclusive, saying why.
 bool heap_measurable(const Config& cfg, Verdict& v);

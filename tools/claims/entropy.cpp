@@ -8,17 +8,8 @@ namespace attn::claims {
 
 Verdict entropy_collapse(const Config& cfg);
 
-// The claim, its source and its criterion (written before the experiment ran).
-ATTN_CLAIM(.id = "entropy",
-           .source = "EXAMPLES.md E7 (course notes)",
-           .quote = "the entropy of softmax(q.k) falls steadily as d_k grows through 8, 32, 128, 512, while the entropy of "
-                    "softmax(q.k / sqrt(d_k)) stays nearly flat",
-           .statement = "without the 1/sqrt(d_k) scale the softmax sharpens with d_k; with it, it does not",
-           .experiment = "mean entropy of softmax over 10 keys, 2,000 independent draws per d_k (20,000 full), iid N(0, 1), naive "
-                         "backend in fp64",
-           .criterion = "holds if the unscaled mean entropy falls at every step by more than 5 standard errors of the difference "
-                        "and the scaled means span less than 5% of the unscaled fall; does not hold otherwise",
-           .run = entropy_collapse)
+// The claim's source, quote, experiment and criterion: tools/claims/ledger.json.
+ATTN_CLAIM(.id = "entropy", .run = entropy_collapse)
 
 
 Verdict entropy_collapse(const Config& cfg) {

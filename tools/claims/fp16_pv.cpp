@@ -9,17 +9,8 @@ namespace attn::claims {
 
 Verdict fp16_pv_accumulation(const Config& cfg);
 
-// The claim, its source and its criterion (written before the experiment ran).
-ATTN_CLAIM(.id = "fp16-pv",
-           .source = "this project's own hypothesis (about CPU kernels that accumulate P V in fp16)",
-           .quote = "fp16 accumulation of P V against fp32 accumulation, over n: the measured error growth with n for each",
-           .statement = "accumulating P V in fp16 loses accuracy that grows with n; fp32 accumulation does not",
-           .experiment = "exact weights P (double, from the reference) rounded to fp16, V in fp16 (iid N(0, 1)), O = P V summed in "
-                         "fp16 (every add rounded) and in fp32; n = 64 ... 4096 keys, d = 64, 32 query rows; error vs the exact "
-                         "P V of the rounded operands",
-           .criterion = "holds if the fp16-accumulation error exceeds the fp32 one at every n by at least 10x and its fitted "
-                        "exponent in n exceeds the fp32 one by at least 0.25; does not hold otherwise",
-           .run = fp16_pv_accumulation)
+// The claim's source, quote, experiment and criterion: tools/claims/ledger.json.
+ATTN_CLAIM(.id = "fp16-pv", .run = fp16_pv_accumulation)
 
 
 namespace {

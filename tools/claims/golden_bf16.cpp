@@ -11,19 +11,8 @@ namespace attn::claims {
 
 Verdict golden_bf16_deviation(const Config& cfg);
 
-// The claim, its source and its criterion (written before the experiment ran).
-ATTN_CLAIM(.id = "golden-bf16",
-           .source = "Golden et al. 2024, 'Is Flash Attention Stable?'",
-           .quote = "at BF16, Flash Attention sees roughly an order of magnitude more numeric deviation as compared to Baseline "
-                    "Attention (isolated forward pass)",
-           .statement = "with bf16 inputs, the online-softmax algorithm deviates ~10x more from a high-precision run than the "
-                        "baseline algorithm",
-           .experiment = "streaming (flash) vs naive (baseline), bf16 inputs and outputs, causal, B = 1, H = 2, d = 64, n = 256 and "
-                         "1024, B_q = 64, B_k = 16, 64, 256; bf16 intermediates (accumulate storage) and fp32 intermediates; "
-                         "deviation: max |O - O_golden|, O_golden the exact attention of the bf16 inputs",
-           .criterion = "holds if the median (over the sweep) deviation ratio flash / baseline with bf16 intermediates lies in "
-                        "[3, 30]; inconclusive if the baseline's deviation is 0; does not hold otherwise",
-           .run = golden_bf16_deviation)
+// The claim's source, quote, experiment and criterion: tools/claims/ledger.json.
+ATTN_CLAIM(.id = "golden-bf16", .run = golden_bf16_deviation)
 
 
 Verdict golden_bf16_deviation(const Config& cfg) {

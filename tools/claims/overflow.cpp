@@ -10,21 +10,8 @@ namespace attn::claims {
 
 Verdict unshifted_overflow(const Config& cfg);
 
-// The claim, its source and its criterion (written before the experiment ran).
-ATTN_CLAIM(.id = "overflow",
-           .source = "Blanchard, Higham & Higham 2021, IMA J. Numer. Anal. 41(4), 'Accurately computing the "
-                     "log-sum-exp and softmax functions'",
-           .quote = "the shifted softmax is as accurate as the unshifted one where the latter does not overflow; unshifted, "
-                    "exp overflows for scores above ln(65504) ~ 11.09 in fp16 and ~88.7 in fp32/bf16",
-           .statement = "the unshifted softmax overflows at ln(max finite); the max shift costs no accuracy below that",
-           .experiment = "exp of scores on a grid of 0.001 in fp16, bf16, fp32 arithmetic (every operation rounded); softmax of "
-                         "200 rows of 64 scores in (-0.9 ln max, 0.9 ln max), shifted and unshifted, in that arithmetic, against "
-                         "the exact softmax (long double) of the same rounded scores; the division-free form is not judged here",
-           .criterion = "holds if each measured overflow threshold is within 0.5% of ln(max finite) and the shifted softmax's "
-                        "max absolute weight error is at most 2x the unshifted one's in every format; does not hold otherwise "
-                        "(first written with the relative error, changed after the first run: weights that underflow have "
-                        "relative error 1 in both forms; the 2x threshold was kept)",
-           .run = unshifted_overflow)
+// The claim's source, quote, experiment and criterion: tools/claims/ledger.json.
+ATTN_CLAIM(.id = "overflow", .run = unshifted_overflow)
 
 
 namespace {

@@ -1,7 +1,9 @@
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "claims/claim.hpp"
+#include "ledger_json.hpp"
 
 namespace attn::claims {
 
@@ -21,7 +23,33 @@ std::vector<Claim>& registered() {
 }
 }  // namespace
 
-Registration::Registration(const Claim& c) { registered().push_back(c); }
+Registration::Registration(const Experiment& e) {
+  Claim c;
+  c.id = e.id;
+  c.run = e.run;
+  registered().push_back(c);
+}
+
+namespace {
+// The ledger built into the binary, parsed once; the strings live as long as the program.
+const Json& ledger() {
+  static const Json parsed = [] {
+    try {
+      return Json::parse(ledger_json);
+    } catch (const Json::exception& e) {
+      throw Error(std::string("tools/claims/ledger.json: ") + e.what());
+    }
+  }();
+  return parsed;
+}
+
+std::string_view field(const Json& entry, const char* name) {
+  const auto it = entry.find(name);
+  if (it == entry.end() || !it->is_string() || it->get_ref<const std::string&>().empty())
+    throw Error("tools/claims/ledger.json: claim '" + entry.value("id", std::string("?")) + "' has no " + name);
+  return it->get_ref<const std::string&>();
+}
+}  // namespace
 
 const std::vector<Claim>& all_claims() {
   static const std::vector<Claim> sorted = [] {
@@ -29,9 +57,67 @@ const std::vector<Claim>& all_claims() {
     std::sort(claims.begin(), claims.end(), [](const Claim& a, const Claim& b) { return a.id < b.id; });
     for (std::size_t i = 1; i < claims.size(); ++i)
       if (claims[i].id == claims[i - 1].id) throw Error("two claims have the id '" + std::string(claims[i].id) + "'");
+    for (Claim& c : claims) {
+      const Json* entry = nullptr;
+      for (const Json& e : ledger().at("claims"))
+        if (e.is_object() && e.value("id", std::string()) == c.id) entry = &e;
+      if (!entry)
+        throw Error("claim '" + std::string(c.id) + "' has no entry in tools/claims/ledger.json (its source, quote and "
+                    "criterion belong there, committed before the experiment)");
+      c.source = field(*entry, "source");
+      c.quote = field(*entry, "quote");
+      c.statement = field(*entry, "statement");
+      c.experiment = field(*entry, "experiment");
+      c.criterion = field(*entry, "criterion");
+      c.registered = field(*entry, "registered");
+      c.preregistered = entry->value("preregistered", false);
+      if (entry->contains("note")) c.note = field(*entry, "note");
+      if (entry->contains("revisions"))
+        for (const Json& r : entry->at("revisions"))
+          c.revisions.push_back({field(r, "date"), field(r, "old_criterion"), field(r, "new_criterion"), field(r, "reason")});
+    }
     return claims;
   }();
   return sorted;
+}
+
+namespace {
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  const std::size_t n = x.size();
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+}  // namespace
+
+RatioInterval median_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator) {
+  if (numerator.empty() || denominator.empty()) throw Error("median_ratio: an empty sample of timings");
+  RatioInterval r;
+  r.median = median(numerator) / median(denominator);
+  constexpr int resamples = 2000;
+  std::mt19937_64 rng(20261130);
+  std::vector<double> ratios(resamples), a(numerator.size()), b(denominator.size());
+  for (double& ratio : ratios) {
+    std::uniform_int_distribution<std::size_t> pick_a(0, a.size() - 1), pick_b(0, b.size() - 1);
+    for (double& x : a) x = numerator[pick_a(rng)];
+    for (double& x : b) x = denominator[pick_b(rng)];
+    ratio = median(a) / median(b);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  r.low = ratios[std::size_t(0.025 * resamples)];
+  r.high = ratios[std::size_t(0.975 * resamples) - 1];
+  return r;
+}
+
+Outcome at_most(const RatioInterval& r, double threshold) {
+  return r.high <= threshold ? Outcome::holds : r.low > threshold ? Outcome::does_not_hold : Outcome::inconclusive;
+}
+
+void alternate_timings(std::size_t rounds, const std::function<std::vector<double>()>& a,
+                       const std::function<std::vector<double>()>& b, std::vector<double>& ta, std::vector<double>& tb) {
+  for (std::size_t k = 0; k < rounds; ++k) {
+    for (double t : a()) ta.push_back(t);
+    for (double t : b()) tb.push_back(t);
+  }
 }
 
 bool heap_measurable(const Config& cfg, Verdict& v) {
@@ -42,7 +128,10 @@ bool heap_measurable(const Config& cfg, Verdict& v) {
 }
 
 Json to_json(const Claim& c, const Verdict& v, double seconds) {
-  Json figures = Json::object(), plots = Json::array();
+  Json figures = Json::object(), plots = Json::array(), revisions = Json::array();
+  for (const Revision& r : c.revisions)
+    revisions.push_back({{"date", r.date}, {"old_criterion", r.old_criterion}, {"new_criterion", r.new_criterion},
+                         {"reason", r.reason}});
   for (const Figure& f : v.figures) figures[f.name] = f.value;
   for (const Plot& pl : v.plots) {
     Json series = Json::object();
@@ -61,6 +150,9 @@ Json to_json(const Claim& c, const Verdict& v, double seconds) {
           {"statement", c.statement},
           {"experiment", c.experiment},
           {"criterion", c.criterion},
+          {"registered", c.registered},
+          {"preregistered", c.preregistered},
+          {"revisions", revisions},
           {"verdict", outcome_name(v.outcome)},
           {"why", v.why},
           {"command", "attn-lab claims --only " + std::string(c.id)},

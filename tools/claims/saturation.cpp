@@ -10,18 +10,8 @@ namespace attn::claims {
 
 Verdict softmax_saturation(const Config& cfg);
 
-// The claim, its source and its criterion (written before the experiment ran).
-ATTN_CLAIM(.id = "saturation",
-           .source = "EXAMPLES.md E3 (course notes); the generalisation over d_k is this project's own hypothesis",
-           .quote = "logits [8, 0]: softmax first entry ~0.9997, local slope p(1-p) ~0.0003. With d_k = 64 the scale is 1/8: "
-                    "logits [1, 0], p ~0.731, slope ~0.197",
-           .statement = "unscaled logits saturate the softmax; the 1/sqrt(d_k) scale keeps its gradient alive as d_k grows",
-           .experiment = "E3's two rows through the naive backend (fp64); mean Frobenius norm of the softmax Jacobian "
-                         "diag(p) - p p^T over 2,000 draws (20,000 full) of one N(0, 1) query against 10 keys, d_k = 8 and 512",
-           .criterion = "holds if the slopes match the printed 0.0003 and 0.197 within half a unit of their last digit, the "
-                        "unscaled mean Jacobian norm at d_k = 512 is below a quarter of its value at d_k = 8, and the scaled one "
-                        "changes by less than 10%; does not hold otherwise",
-           .run = softmax_saturation)
+// The claim's source, quote, experiment and criterion: tools/claims/ledger.json.
+ATTN_CLAIM(.id = "saturation", .run = softmax_saturation)
 
 
 namespace {

@@ -8,16 +8,8 @@ namespace attn::claims {
 
 Verdict score_matrix_memory(const Config& cfg);
 
-// The claim, its source and its criterion (written before the experiment ran).
-ATTN_CLAIM(.id = "score-memory",
-           .source = "EXAMPLES.md E6 (course notes)",
-           .quote = "At 2 bytes a score (fp16) an explicit matrix grows from 2 MiB to 8 MiB",
-           .statement = "the explicit n x n score matrix of one head grows 4x when n doubles: 2 MiB at n = 1024, 8 MiB at 2048",
-           .experiment = "peak heap of one call of the naive backend, fp16 storage and fp16 accumulation (scores held in fp16), "
-                         "B = H = 1, d = 64, n = 1024 and 2048, measured by the counting allocator",
-           .criterion = "holds if the peak at n = 1024 lies in [2, 2.5] MiB (the matrix plus the output and a row) and the ratio "
-                        "of the two peaks lies in [3.8, 4.2]; does not hold otherwise",
-           .run = score_matrix_memory)
+// The claim's source, quote, experiment and criterion: tools/claims/ledger.json.
+ATTN_CLAIM(.id = "score-memory", .run = score_matrix_memory)
 
 
 Verdict score_matrix_memory(const Config& cfg) {

@@ -10,18 +10,8 @@ namespace attn::claims {
 
 Verdict variance_of_scores(const Config& cfg);
 
-// The claim, its source and its criterion (written before the experiment ran).
-ATTN_CLAIM(.id = "variance",
-           .source = "Vaswani et al. 2017, 'Attention is all you need', sec. 3.2.1, footnote 4",
-           .quote = "assume that the components of q and k are independent random variables with mean 0 and variance 1. "
-                    "Then their dot product has mean 0 and variance d_k",
-           .statement = "Var(q.k) = d_k sigma^4 for iid zero-mean entries of variance sigma^2; Var(q.k / sqrt(d_k)) = sigma^4 "
-                        "(1 for N(0, 1), 1/9 for uniform[-1, 1])",
-           .experiment = "N(0, 1) and uniform[-1, 1] entries, d_k = 1, 4, 16, 64, 256, 1024; 20,000 samples per point (200,000 "
-                         "with --profile full), in double",
-           .criterion = "holds if every measured variance lies within 5 standard deviations of the sample variance "
-                        "(sqrt((E[X^4] - Var^2) / N), from the exact fourth moment) of the prediction; does not hold otherwise",
-           .run = variance_of_scores)
+// The claim's source, quote, experiment and criterion: tools/claims/ledger.json.
+ATTN_CLAIM(.id = "variance", .run = variance_of_scores)
 
 
 Verdict variance_of_scores(const Config& cfg) {
