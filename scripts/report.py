@@ -537,7 +537,8 @@ REPORTS = [
 
 def index_report(peak, build, bench, command, stamp, readings):
     ctx = bench["context"]
-    lines = [f"# attention-lab run {stamp}", "", f"Command: `{command}`", "",
+    lines = [f"# attention-lab run {stamp}", "", f"Command: `{command}`" + (f" (steps before the report: {build['run_seconds'] // 60} min "
+                                                                 f"{build['run_seconds'] % 60} s)" if build.get("run_seconds") else ""), "",
              "## Machine", "",
              f"- CPU: {peak.get('cpu')} ({peak.get('cores')} hardware threads), vector ISA used by the probe: "
              f"{peak.get('simd')}",

@@ -1,0 +1,231 @@
+#!/usr/bin/python3
+"""The README's measured figures, rendered from the committed run
+(reports/latest) and the committed mutation report (reports/mutation), so
+that no figure in the README is typed by hand.
+
+Each generated block sits between `<!-- figures:NAME -->` and
+`<!-- /figures:NAME -->` in README.md; NAME is one of BLOCKS below (one
+entry per block: its name and the function that renders it).
+
+  scripts/readme_figures.py --write    rewrite the blocks (atomically)
+  scripts/readme_figures.py --check    exit 1, naming each block that differs (the meson test readme_figures)
+"""
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+import report  # noqa: E402  (bench_rows, backends_with, fmt_bytes, load)
+
+README = ROOT / "README.md"
+MARK = re.compile(r"(<!-- figures:([a-z-]+) -->\n)(.*?)(<!-- /figures:\2 -->)", re.S)
+
+
+def run_data(run):
+    data = run / "data"
+    bench = report.load(data, "bench.json")
+    return {"run": run, "stamp": run.resolve().name, "peak": report.load(data, "peak.json"), "bench": bench,
+            "rows": report.bench_rows(bench), "claims": report.load(data, "claims.json")}
+
+
+def machine(d):
+    p = d["peak"]
+    core = p["blas"].split("core ")[-1].split(";")[0] if "core " in p["blas"] else "?"
+    return f"{p['cpu']}, {p['cores']} cores, {p['simd']}, OpenBLAS core {core}"
+
+
+def performance(d):
+    rows, peak, bench = d["rows"], d["peak"], d["bench"]
+    fused = report.backends_with(bench, own_threads=True, memory_independent_of_n=True)[0]
+    blas = report.backends_with(bench, uses_blas=True, own_threads=False, exact=False)
+    baseline = report.backends_with(bench, baseline=True)
+    fp32 = peak["fp32_fma_gflops_core"]
+    h8 = {(r["backend"], r["precision"], r["causal"], r["threads"], r["d"]): r for r in rows if r["family"] == "attn_h8"}
+    g = lambda k: h8[k]["FLOP/s"] / 1e9 if k in h8 else None
+    cell = lambda v, s="": "n/a" if v is None else f"{v:.1f}{s}"
+    lines = [f"Measured in the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `performance.md`); "
+             f"B = 1, H = 8, n = 4096, fp32, GFLOP/s and fraction of the one-thread fp32 FMA peak of {fp32:.1f} "
+             "GFLOP/s measured in the same run:", "", "| backend, 1 thread | d = 64 | d = 128 |", "|---|---:|---:|"]
+
+    def row(label, f):
+        lines.append(f"| {label} | {f(64)} | {f(128)} |")
+
+    row(fused, lambda dd: cell(g((fused, "fp32", 0, 1, dd))) + (f" ({100 * g((fused, 'fp32', 0, 1, dd)) / fp32:.0f}%)"
+                                                               if g((fused, "fp32", 0, 1, dd)) else ""))
+    row(f"{fused}, 2 threads", lambda dd: (f"{g((fused, 'fp32', 0, 2, dd)):.1f} ({g((fused, 'fp32', 0, 2, dd)) / g((fused, 'fp32', 0, 1, dd)):.2f}x)"
+                                            if g((fused, "fp32", 0, 2, dd)) and g((fused, "fp32", 0, 1, dd)) else "n/a"))
+
+    def causal(dd):
+        full, c = h8.get((fused, "fp32", 0, 1, dd)), h8.get((fused, "fp32", 1, 1, dd))
+        if not (full and c):
+            return "n/a"
+        return f"{c['FLOP/s'] / 1e9:.1f}, {full['seconds_per_call'] / c['seconds_per_call']:.2f}x faster than non-causal"
+
+    row(f"{fused}, causal (halved FLOPs)", causal)
+    row(f"{fused} bf16 / fp16 (fp32 accumulation)",
+        lambda dd: f"{cell(g((fused, 'bf16', 0, 1, dd)))} / {cell(g((fused, 'fp16', 0, 1, dd)))}")
+    for b in blas:
+        row(b, lambda dd, b=b: cell(g((b, "fp32", 0, 1, dd))))
+    attn = {(r["backend"], r["n"], r["d"]): r for r in rows if r["family"] == "attn" and "n" in r
+            and r["precision"] == "fp32" and r["causal"] == 0 and r["threads"] == 1}
+    for b in baseline:
+        row(f"{b} (B = H = 1)", lambda dd, b=b: cell(attn[(b, 4096, dd)]["FLOP/s"] / 1e9 if (b, 4096, dd) in attn else None))
+    att = {dd: peak.get(f"sgemm_attention_gflops_d{dd}") for dd in (64, 128)}
+    s64, s128 = g((fused, "fp32", 0, 1, 64)), g((fused, "fp32", 0, 1, 128))
+    lines += ["", f"OpenBLAS's two attention GEMMs alone (Q K^T then P V, n = 4096, one thread) run at {att[64]:.1f} "
+              f"(d = 64) and {att[128]:.1f} (d = 128) GFLOP/s in that run, and a square SGEMM (n = 2048) at "
+              f"{peak['sgemm_gflops_2048']:.1f}: {fused}, softmax included, runs at {100 * s64 / att[64]:.0f}% "
+              f"(d = 64) and {100 * s128 / att[128]:.0f}% (d = 128) of the GEMMs' rate."]
+    mem = sorted((r["n"], r["peak_extra_heap_bytes"]) for (b, n, dd), r in attn.items()
+                 if b == fused and dd == 64 and r.get("peak_extra_heap_bytes") is not None)
+    if mem:
+        lo, hi = min(m for _, m in mem), max(m for _, m in mem)
+        span = f"{mem[0][0]} to {mem[-1][0]}"
+        lines.append("")
+        lines.append(f"The extra heap of {fused} is {report.fmt_bytes(hi)} at every n from {span}." if hi <= 1.05 * lo else
+                     f"The extra heap of {fused} ranges from {report.fmt_bytes(lo)} to {report.fmt_bytes(hi)} over n = {span}.")
+    return "\n".join(lines)
+
+
+def peaks(d):
+    p = d["peak"]
+    return (f"In the committed run ({machine(d)}): fp32 FMA {p['fp32_fma_gflops_core']:.1f} GFLOP/s one thread, "
+            f"{p['fp32_fma_gflops_all']:.1f} all; fp64 {p['fp64_fma_gflops_core']:.1f} / {p['fp64_fma_gflops_all']:.1f}; "
+            f"SGEMM {p['sgemm_gflops_1024']:.1f} (n = 1024) and {p['sgemm_gflops_2048']:.1f} (2048); DGEMM "
+            f"{p['dgemm_gflops_1024']:.1f} and {p['dgemm_gflops_2048']:.1f}; triad {p['triad_gbs_core']:.1f} GB/s one "
+            f"thread, {p['triad_gbs_all']:.1f} all.")
+
+
+def backend_times(d):
+    attn = {(r["backend"], r["n"]): r for r in d["rows"] if r["family"] == "attn" and "n" in r
+            and r["precision"] == "fp32" and r["causal"] == 0 and r["threads"] == 1 and r["d"] == 64}
+    backends = [b for b in report.backends_with(d["bench"], exact=False)]
+    lines = [f"Measured in the committed run `reports/runs/{d['stamp']}` ({machine(d)}; Google Benchmark, "
+             "`attn/B/fp32/causal:0/threads:1/n:N/d:64`, B = H = 1; time per warm call; workspace as the backend "
+             "reports it):", "", "| backend | n=1024 | n=4096 | workspace n=1024 | workspace n=4096 |",
+             "|---|---:|---:|---:|---:|"]
+    ms = lambda r: f"{1e3 * r['seconds_per_call']:.1f} ms" if r else "n/a"
+    ws = lambda r: f"{int(r['workspace_model_bytes']):,} B" if r else "n/a"
+    for b in backends:
+        a, c = attn.get((b, 1024)), attn.get((b, 4096))
+        lines.append(f"| {b} | {ms(a)} | {ms(c)} | {ws(a)} | {ws(c)} |")
+    return "\n".join(lines)
+
+
+def claims(d):
+    c = d["claims"]["claims"]
+    total = sum(x.get("seconds", 0) for x in c)
+    lines = [f"In the committed run `reports/runs/{d['stamp']}` (`attn-lab claims --profile {d['claims']['profile']}`, "
+             f"{total:.0f} s):", "", "| id | verdict | measured |", "|---|---|---|"]
+    lines += [f"| {x['id']} | {x['verdict']} | {x['why'].replace('|', '/')} |" for x in c]
+    return "\n".join(lines)
+
+
+def runs(d):
+    """The committed runs, each with its machine and how long it took."""
+    lines = []
+    for run in sorted((ROOT / "reports/runs").iterdir()):
+        if not (run / "data/peak.json").is_file():
+            continue
+        peak = json.loads((run / "data/peak.json").read_text())
+        build = json.loads((run / "data/build.json").read_text()) if (run / "data/build.json").is_file() else {}
+        secs = build.get("run_seconds")
+        took = f"{secs // 60} min {secs % 60} s before the report" if secs else "duration not recorded"
+        latest = " = `reports/latest`" if run.name == d["stamp"] else ""
+        lines.append(f"- `reports/runs/{run.name}`{latest}: {peak.get('cpu')}, {peak.get('simd')}; {took}")
+    return "\n".join(lines)
+
+
+def mutation(d):
+    path = d["run"] / "data/mutation.json"  # a --profile full run carries its own
+    if not path.is_file():
+        path = ROOT / "reports/mutation/mutation.json"
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"readme_figures: {path.relative_to(ROOT)}: {e} (scripts/mutate --out reports/mutation makes it)")
+    s = m["summary"]
+    pct = lambda a, b: f"{100 * a / b:.0f}%"
+    surv = [r["id"] for r in m["mutants"] if not r["equivalent"] and r["status"] not in ("killed", "timeout")]
+    return (f"The committed mutation report (`{path.parent.relative_to(ROOT)}/mutation.md`, {s['seconds'] // 60} min): "
+            f"{s['mutants']} mutants, {s['equivalent']} equivalent; **{s['killed']} of {s['non_equivalent']}** "
+            f"non-equivalent mutants killed ({pct(s['killed'], s['non_equivalent'])}), "
+            f"{s['killed_by_default_check']} ({pct(s['killed_by_default_check'], s['non_equivalent'])}) by "
+            f"`attn-lab attend --random 1,1,1024,1024,64,64 --backend B --check` alone and "
+            f"{s['killed_by_default_check'] + s['killed_by_check_matrix']} "
+            f"({pct(s['killed_by_default_check'] + s['killed_by_check_matrix'], s['non_equivalent'])}) by `--check` "
+            f"on its problem matrix" + (f"; survivors: {', '.join(surv)}." if surv else "; no survivor."))
+
+
+BLOCKS = {"runs": runs, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
+          "mutation": mutation}
+
+
+def render(text, d):
+    """text with every block re-rendered; raises on an unknown or missing block."""
+    seen = set()
+
+    def one(m):
+        name = m.group(2)
+        if name not in BLOCKS:
+            raise SystemExit(f"readme_figures: README.md has an unknown block '{name}'")
+        seen.add(name)
+        return m.group(1) + BLOCKS[name](d) + "\n" + m.group(4)
+
+    out = MARK.sub(one, text)
+    missing = set(BLOCKS) - seen
+    if missing:
+        raise SystemExit(f"readme_figures: README.md lacks the block(s) {', '.join(sorted(missing))}")
+    return out
+
+
+def differing(old, new):
+    a = {m.group(2): m.group(3) for m in MARK.finditer(old)}
+    b = {m.group(2): m.group(3) for m in MARK.finditer(new)}
+    return [k for k in b if a.get(k) != b[k]]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = ap.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true")
+    mode.add_argument("--check", action="store_true")
+    ap.add_argument("--run", type=Path, default=ROOT / "reports/latest", help="the run folder (default reports/latest)")
+    args = ap.parse_args()
+    try:
+        d = run_data(args.run)
+    except report.ReportError as e:
+        raise SystemExit(f"readme_figures: {e}")
+    text = README.read_text()
+    new = render(text, d)
+    if args.write:
+        if new != text:
+            tmp = README.with_name(README.name + ".tmp." + str(os.getpid()))
+            tmp.write_text(new)
+            os.replace(tmp, README)
+        print(f"README.md: {', '.join(differing(text, new)) or 'no block'} changed")
+        return 0
+    # --check: also show that a doctored figure would be caught.
+    first = MARK.search(text)
+    body = first.group(3)
+    digit = re.search(r"\d", body)
+    doctored = text
+    if digit:
+        body = body[:digit.start()] + str((int(digit.group()) + 1) % 10) + body[digit.end():]
+        doctored = text[:first.start(3)] + body + text[first.end(3):]
+    caught = doctored != text and differing(doctored, render(doctored, d))
+    bad = differing(text, new)
+    for k in bad:
+        print(f"FAIL README block '{k}' differs from the committed run; run scripts/readme_figures.py --write")
+    if not caught:
+        print("FAIL a doctored README block was not caught")
+    print(f"{len(BLOCKS)} blocks checked against reports/runs/{d['stamp']}; {len(bad)} differ")
+    return 1 if bad or not caught else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
