@@ -15,6 +15,7 @@
 #include "attn/parallel.hpp"
 #include "attn/random.hpp"
 #include "attn/registry.hpp"
+#include "attn/verify.hpp"
 
 namespace attn {
 namespace {
@@ -324,6 +325,68 @@ TEST(Mask, FullyMaskedRowsGiveZeroAndMinusInfinityEverywhere) {
         }
         }
   }
+}
+
+// A tiled backend keeps a non-finite value inside the query blocks that can
+// see it: under a causal mask, an inf in the last key's V (and a +inf score
+// of the last query on it, through K) leaves every row of the earlier query
+// blocks bitwise as it is with finite values there. Catches a worker's
+// running state (O, l) carried from one query block into the next (the
+// rescale by exp(-inf) = 0 on the first tile hides it for finite values:
+// 0 * inf is NaN).
+TEST(Tiles, NonFiniteValuesStayInTheQueryBlocksThatSeeThem) {
+  const std::size_t n = 40, block = 8;
+  const Inputs<double> finite = random_inputs({1, 1, n, n, 4, 4}, /*seed=*/5);
+  Inputs<double> nonfinite = finite;
+  for (std::size_t c = 0; c < 4; ++c) nonfinite.v(0, 0, n - 1, c) = std::numeric_limits<double>::infinity();
+  nonfinite.k(0, 0, n - 1, 0) = std::numeric_limits<double>::infinity();
+  nonfinite.q(0, 0, n - 1, 0) = 1.0;
+  Inputs<double> same_q = finite;
+  same_q.q(0, 0, n - 1, 0) = 1.0;
+  Options opt;
+  opt.mask = mask::Causal{};
+  opt.allow_nonfinite = true;
+  opt.block_q = opt.block_k = block;
+  opt.threads = 1;
+  int tiled = 0;
+  for (const BackendInfo& backend : all_backends()) {
+    if (!backend.traits.tiled) continue;
+    ++tiled;
+    for (auto [precision, acc] : {std::pair{"fp32", Accumulate::fp32}, std::pair{"fp64", Accumulate::fp64}}) {
+      SCOPED_TRACE(backend.name + " " + precision);
+      const RunReport a = backend.run(precision, acc, nonfinite, opt), b = backend.run(precision, acc, same_q, opt);
+      bool last_row_nonfinite = false;
+      for (std::size_t c = 0; c < 4; ++c) last_row_nonfinite |= !std::isfinite(double(a.out(0, 0, n - 1, c)));
+      EXPECT_TRUE(last_row_nonfinite) << "the row that sees the inf must show it";
+      for (std::size_t i = 0; i + block < n; ++i)  // rows of the earlier query blocks
+        for (std::size_t c = 0; c < 4; ++c) ASSERT_EQ(double(a.out(0, 0, i, c)), double(b.out(0, 0, i, c))) << i;
+    }
+  }
+  EXPECT_GE(tiled, 2);
+}
+
+// Storage accumulation keeps every intermediate within the format's range
+// when the answer is: fp16 values of 30,000 averaged over 64 keys (the
+// unnormalised sum P~ V would be ~2e6, past fp16's 65504). Every backend's
+// output is finite and passes both verdicts of verify().
+TEST(Range, Fp16StorageAccumulationAveragesValuesNearTheLimit) {
+  Inputs<double> in = random_inputs({1, 1, 8, 64, 8, 8}, /*seed=*/9);
+  for (double& x : in.q) x *= 0.1;
+  for (double& x : in.v) x = 30000 + 1000 * x;
+  int backends = 0;
+  for (const BackendInfo& backend : all_backends()) {
+    if (backend.traits.exact) continue;
+    ++backends;
+    SCOPED_TRACE(backend.name);
+    Options opt;
+    opt.need_weights = opt.need_lse = true;
+    const RunReport r = backend.run("fp16", Accumulate::storage, in, opt);
+    for (double x : r.out) ASSERT_TRUE(std::isfinite(x));
+    const Check c = verify(r, opt);
+    EXPECT_TRUE(c.within) << c.out.max_abs << " vs " << c.tolerance_out;
+    EXPECT_TRUE(c.tight_within) << c.out.max_abs << " vs " << c.tight_tolerance_out;
+  }
+  EXPECT_GE(backends, 4);
 }
 
 // --- Workspace cap ---------------------------------------------------------------

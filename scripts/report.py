@@ -409,7 +409,7 @@ def accuracy_report(acc, folder):
     if tight:
         lines += ["", "## Headroom of each verdict", "",
                   "Actual error over the tight tolerance (verify(): the probabilistic bound, failure probability "
-                  "1e-9 per check, and 2x the baseline backend's error + 2 (u_acc + u_store) max|O|), and over the "
+                  "1e-9 per check, and 2x the baseline backend's error + 2 (u_acc (1 + s) + u_store) max|O|, s the largest score), and over the "
                   "worst-case bound, over every backend and problem of the sweep. A ratio near 1 means the verdict "
                   "would flag a small increase of the error; the worst-case bound's small ratios are what it lets "
                   "through. The criterion column says which part can decide in that configuration (the baseline is "

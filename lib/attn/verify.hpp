@@ -54,8 +54,11 @@ Result<double> fp64_gemm_attention(const Inputs<double>& in, const Options& opt)
 //   1e-9 per check under its model) plus the truth's own bound, and
 //   the baseline rule: 2x the baseline backend's error on the same rounded
 //   inputs in the same precision and policy, plus a floor of
-//   2 (u_acc + u_store) max |O| (one rounding of each output in each of the
-//   two runs: FlashAttention's test rule).
+//   2 (u_acc (1 + s) + u_store) max |O|, s the largest visible score
+//   magnitude (one rounding of each output and of each score in each of the
+//   two runs: FlashAttention's test rule, with the scores' rounding that any
+//   correct order of operations carries; without it, a correct fp32 math run
+//   at logits x 10 failed against naive's luckier rounding).
 // The logsumexp and the weights are held to their probabilistic bounds.
 // Where the probabilistic bound is no better than the trivial 2 max|V|
 // (long sums in bf16/fp16 storage accumulation) the baseline rule alone
@@ -74,7 +77,7 @@ struct Check {
   ErrorBound probable;              // the probabilistic bound
   double failure_probability = 0;   // of `probable`, per check, under its model
   double baseline_error = std::numeric_limits<double>::quiet_NaN();  // the baseline's max |O - truth|
-  double floor = 0;                 // 2 (u_acc + u_store) max |truth|
+  double floor = 0;                 // 2 (u_acc (1 + s) + u_store) max |truth|
   double tight_tolerance_out = 0;   // min(probable.out + truth error, 2 baseline_error + floor)
   std::string_view criterion;       // which of the two parts can decide (see above)
   bool tight_within = true;

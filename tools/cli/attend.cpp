@@ -168,8 +168,9 @@ outputs:
                                  fp64 by its own GEMM algorithm for fp32 and narrower storage,
                                  double-double for fp64). Two verdicts: tight (within the
                                  probabilistic bound, failure probability 1e-9, and within 2x
-                                 the baseline backend's error + 2 (u_acc + u_store) max|O|) and
-                                 guaranteed (the worst-case bound); exit 1 if either fails
+                                 the baseline backend's error + 2 (u_acc (1 + s) + u_store) max|O|,
+                                 s the largest |score|) and guaranteed (the worst-case bound);
+                                 exit 1 if either fails
   --json                         print a one-line JSON summary instead of text
   --force                        replace existing output files
   max |row sum - 1| is reported when weights exist (--weights or --check).

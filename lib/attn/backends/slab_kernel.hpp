@@ -95,7 +95,7 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
         else std::fill(o_slab, o_slab + rows * d_v, convert<A>(0.0));
         S* o = &r.out(b, h, i0, 0);
         for (std::size_t r_ = 0; r_ < rows; ++r_) {
-          const bool masked = !(row_l[r_] > convert<A>(0.0));
+          const bool masked = row_l[r_] == convert<A>(0.0);  // 0 only when fully masked; NaN must show
           for (std::size_t c = 0; c < d_v; ++c) {
             const std::size_t x = r_ * d_v + c;
             o[x] = masked ? convert<S>(0.0) : unnormalised ? convert<S>(A(o_slab[x] / row_l[r_])) : convert<S>(o_slab[x]);

@@ -96,6 +96,11 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   const A scale = convert<A>(opt.resolved_scale(sh));
   const A zero = convert<A>(0.0), minus_inf = neg_infinity<A>();
   const std::size_t q_blocks = (n_q + B_r - 1) / B_r;
+  // Narrower accumulation types (bf16/fp16 storage accumulation) keep O_i
+  // normalised after every tile, as the slab kernel normalises P first: the
+  // unnormalised sum of P~ V can exceed their range (n_kv max|V| > 65504 in
+  // fp16) where every weighted mean of V stays within it.
+  constexpr bool normalised = !is_native_float<A>;
 
   // One item = one query block of one (batch, head); the last blocks first,
   // since under a causal mask they see the most keys.
@@ -167,7 +172,15 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
           for (std::size_t c = 0; c < d_v; ++c) O_i[r_ * d_v + c] *= alpha;
           m_i[r_] = m_new;
         }
+        const A l_before = l_i[r_];
         l_i[r_] += row_sum;
+        if constexpr (normalised) {
+          // O_i stays the weighted mean of the values seen so far: the old
+          // mean weighs l_before / l_new, this tile's P~ / l_new.
+          const A keep = l_before / l_i[r_];
+          for (std::size_t c = 0; c < d_v; ++c) O_i[r_ * d_v + c] *= keep;
+          for (std::size_t c = 0; c < cols; ++c) s[c] /= l_i[r_];
+        }
       }
       // O_i += P~_ij V_j
       T::pv(S_ij + rs.first * cols, as_accumulate(&in.v(b, h, j0, 0), cols * d_v, v_buf), O_i + rs.first * d_v,
@@ -177,9 +190,13 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     // O_i = O_i / l_i;  lse_i = m_i + log l_i
     S* o = &r.out(b, h, i0, 0);
     for (std::size_t r_ = 0; r_ < rows; ++r_) {
-      const bool masked = !(l_i[r_] > zero);
+      // l_i is 0 only for a fully masked row (otherwise >= 1, or NaN from a
+      // non-finite input, which must reach the output, not read as masked).
+      const bool masked = l_i[r_] == zero;
       for (std::size_t c = 0; c < d_v; ++c)
-        o[r_ * d_v + c] = masked ? convert<S>(0.0) : convert<S>(A(O_i[r_ * d_v + c] / l_i[r_]));
+        o[r_ * d_v + c] = masked       ? convert<S>(0.0)
+                          : normalised ? convert<S>(O_i[r_ * d_v + c])
+                                       : convert<S>(A(O_i[r_ * d_v + c] / l_i[r_]));
       if (r.lse) (*r.lse)(b, h, i0 + r_) = row_lse(RowSoftmax<A>{m_i[r_], l_i[r_], masked});
     }
 
@@ -189,7 +206,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       double* w = &(*r.weights)(b, h, i0 + r_, 0);
       std::fill(w, w + n_kv, 0.0);
       // lse in A, reused as the shift of this row (m_i is no longer needed)
-      m_i[r_] = l_i[r_] > zero ? A(m_i[r_] + log_of<A>(l_i[r_])) : minus_inf;
+      m_i[r_] = l_i[r_] == zero ? minus_inf : A(m_i[r_] + log_of<A>(l_i[r_]));
     }
     each_key_tile([&](std::size_t j0, std::size_t cols, Rows rs) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
