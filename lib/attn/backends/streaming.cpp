@@ -46,7 +46,7 @@ struct Tiles {
 // One worker's scratch.
 template <class S, class A>
 std::size_t worker_bytes(const Shape& s, std::size_t b_r, std::size_t b_c) {
-  return piece_bytes<A>(b_r * b_c) + piece_bytes<A>(b_r * s.d_v) + 2 * piece_bytes<A>(b_r) +
+  return piece_bytes<A>(b_r * b_c) + piece_bytes<A>(b_r * s.d_v) + (is_native_float<A> ? 2 : 3) * piece_bytes<A>(b_r) +
          piece_bytes<A>(widen_count<A, S>(b_r * s.d_k)) + piece_bytes<A>(Tiles<S, A>::k_count(b_c, s.d_k)) +
          piece_bytes<A>(widen_count<A, S>(b_c * s.d_v));
 }
@@ -64,7 +64,7 @@ std::size_t streaming_bytes(const Shape& s, const Options& opt, std::size_t bloc
 
 template <class A>
 struct Scratch {
-  A *S_ij, *O_i, *m_i, *l_i, *q_buf, *k_buf, *v_buf;
+  A *S_ij, *O_i, *m_i, *l_i, *c_i, *q_buf, *k_buf, *v_buf;
 };
 
 template <class S, class A>
@@ -85,6 +85,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     w.O_i = arena.take<A>(B_r * d_v);   // unnormalised output of the query block
     w.m_i = arena.take<A>(B_r);         // running row max
     w.l_i = arena.take<A>(B_r);         // running sum of exp(S - m_i)
+    w.c_i = is_native_float<A> ? nullptr : arena.take<A>(B_r);  // O_i's power-of-two divisor (see `normalised`)
     w.q_buf = arena.take<A>(widen_count<A, S>(B_r * d_k));
     w.k_buf = arena.take<A>(T::k_count(B_c, d_k));
     w.v_buf = arena.take<A>(widen_count<A, S>(B_c * d_v));
@@ -96,16 +97,18 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   const A scale = convert<A>(opt.resolved_scale(sh));
   const A zero = convert<A>(0.0), minus_inf = neg_infinity<A>();
   const std::size_t q_blocks = (n_q + B_r - 1) / B_r;
-  // Narrower accumulation types (bf16/fp16 storage accumulation) keep O_i
-  // normalised after every tile, as the slab kernel normalises P first: the
-  // unnormalised sum of P~ V can exceed their range (n_kv max|V| > 65504 in
-  // fp16) where every weighted mean of V stays within it.
+  // Narrower accumulation types (bf16/fp16 storage accumulation) hold O_i
+  // divided by a power of two c_i >= l_i: the unnormalised sum of P~ V can
+  // exceed their range (n_kv max|V| > 65504 in fp16) where |O_i| / c_i <=
+  // max|V| cannot, and scaling by powers of two rounds nothing (normalising
+  // by l_i after every tile instead rounded O_i once per tile: 11x the
+  // baseline's error in fp16 storage accumulation, measured by agreement_test).
   constexpr bool normalised = !is_native_float<A>;
 
   // One item = one query block of one (batch, head); the last blocks first,
   // since under a causal mask they see the most keys.
   auto query_block = [&](std::size_t item, std::size_t worker) {
-    const auto [S_ij, O_i, m_i, l_i, q_buf, k_buf, v_buf] = scratch[worker];
+    const auto [S_ij, O_i, m_i, l_i, c_i, q_buf, k_buf, v_buf] = scratch[worker];
     const std::size_t b = item / (sh.heads * q_blocks), h = item / q_blocks % sh.heads;
     const std::size_t i0 = (q_blocks - 1 - item % q_blocks) * B_r;
     const std::size_t rows = std::min(B_r, n_q - i0);
@@ -114,6 +117,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     const auto [lo, hi] = block_keys(mask, b, i0, rows, n_kv);
     std::fill(m_i, m_i + rows, minus_inf);
     std::fill(l_i, l_i + rows, zero);
+    if constexpr (normalised) std::fill(c_i, c_i + rows, convert<A>(1.0));
     std::fill(O_i, O_i + rows * d_v, zero);
 
     // Rows [first, last) of the block: the hull of the rows that see any key
@@ -172,14 +176,18 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
           for (std::size_t c = 0; c < d_v; ++c) O_i[r_ * d_v + c] *= alpha;
           m_i[r_] = m_new;
         }
-        const A l_before = l_i[r_];
         l_i[r_] += row_sum;
         if constexpr (normalised) {
-          // O_i stays the weighted mean of the values seen so far: the old
-          // mean weighs l_before / l_new, this tile's P~ / l_new.
-          const A keep = l_before / l_i[r_];
-          for (std::size_t c = 0; c < d_v; ++c) O_i[r_ * d_v + c] *= keep;
-          for (std::size_t c = 0; c < cols; ++c) s[c] /= l_i[r_];
+          // c_i doubles until it reaches l_i (O_i halves with it, exactly);
+          // this tile's P~ is divided by it (exactly, barring subnormals).
+          if (l_i[r_] > c_i[r_]) {
+            A c = c_i[r_];
+            while (c < l_i[r_]) c = c * convert<A>(2.0);
+            const A shrink = c_i[r_] / c;
+            for (std::size_t k = 0; k < d_v; ++k) O_i[r_ * d_v + k] *= shrink;
+            c_i[r_] = c;
+          }
+          for (std::size_t k = 0; k < cols; ++k) s[k] /= c_i[r_];
         }
       }
       // O_i += P~_ij V_j
@@ -195,7 +203,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       const bool masked = l_i[r_] == zero;
       for (std::size_t c = 0; c < d_v; ++c)
         o[r_ * d_v + c] = masked       ? convert<S>(0.0)
-                          : normalised ? convert<S>(O_i[r_ * d_v + c])
+                          : normalised ? convert<S>(A(O_i[r_ * d_v + c] / A(l_i[r_] / c_i[r_])))
                                        : convert<S>(A(O_i[r_ * d_v + c] / l_i[r_]));
       if (r.lse) (*r.lse)(b, h, i0 + r_) = row_lse(RowSoftmax<A>{m_i[r_], l_i[r_], masked});
     }
