@@ -57,8 +57,9 @@ Result<double> fp64_gemm_attention(const Inputs<double>& in, const Options& opt)
 //   2 (u_acc (1 + s) + u_store) max |O|, s the largest visible score
 //   magnitude (one rounding of each output and of each score in each of the
 //   two runs: FlashAttention's test rule, with the scores' rounding that any
-//   correct order of operations carries; without it, a correct fp32 math run
-//   at logits x 10 failed against naive's luckier rounding).
+//   correct order of operations carries; without it, a correct math run with
+//   fp32 accumulation at logits x 10 failed against naive's luckier
+//   rounding: property 3, RapidCheck seed 20261129).
 // The logsumexp and the weights are held to their probabilistic bounds.
 // Where the probabilistic bound is no better than the trivial 2 max|V|
 // (long sums in bf16/fp16 storage accumulation) the baseline rule alone
