@@ -188,8 +188,8 @@ ATTN_PROPERTY(masked_weights_are_zero_and_masked_inputs_irrelevant, "masked weig
 // verify()'s two verdicts against the ground truth: the worst-case bound
 // (output, logsumexp, weights, row sums) and the tight one: the
 // probabilistic bound and no worse than 2x the baseline backend's own error
-// at the same precision plus one rounding of the output in each run
-// (FlashAttention's test rule).
+// at the same precision plus a floor of one rounding of each output and
+// score in each run (FlashAttention's test rule; verify.hpp).
 ATTN_PROPERTY(agrees_with_reference, "agrees with reference (bound, 2x naive)", 1.5e5, b, c) {
   const BackendInfo& naive = baseline_backend();
   for_each_precision(b, c, true, [&](const Run& run) {

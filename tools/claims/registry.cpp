@@ -81,14 +81,6 @@ const std::vector<Claim>& all_claims() {
   return sorted;
 }
 
-namespace {
-double median(std::vector<double> x) {
-  std::sort(x.begin(), x.end());
-  const std::size_t n = x.size();
-  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-}  // namespace
-
 RatioInterval median_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator) {
   if (numerator.empty() || denominator.empty()) throw Error("median_ratio: an empty sample of timings");
   RatioInterval r;

@@ -7,6 +7,7 @@
 #include "attn/verify.hpp"
 #include "cli/command.hpp"
 #include "cli/parse.hpp"
+#include "studies/studies.hpp"
 
 namespace attn::cli {
 namespace {

@@ -37,8 +37,6 @@ void refuse_overwrite(const Args& args, std::initializer_list<const char*> outpu
 Accumulate accumulate_option(const Args& args, const PrecisionInfo& p);
 // --threads (default 1), also given to OpenBLAS; validate() rejects 0.
 std::size_t threads_option(const Args& args);
-// The median of `xs` (NaN when empty).
-double median(std::vector<double> xs);
 // Prints `j` as one line on stdout.
 void print_json(const Json& j);
 // Saves a tensor padded to rank 4 (or 3 for the logsumexp) with the

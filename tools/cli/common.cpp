@@ -25,12 +25,6 @@ std::size_t threads_option(const Args& args) {
   return t;
 }
 
-double median(std::vector<double> xs) {
-  if (xs.empty()) return NAN;
-  std::sort(xs.begin(), xs.end());
-  return xs[xs.size() / 2];
-}
-
 void print_json(const Json& j) { std::cout << dump(j) << "\n"; }
 
 namespace {

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "attn/layers.hpp"
+#include "studies/studies.hpp"
 #include "attn/npy.hpp"
 #include "attn/random.hpp"
 #include "cli/command.hpp"

@@ -1,5 +1,6 @@
 #include "studies/studies.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -175,6 +176,13 @@ Json entropy_json(const std::vector<EntropyRow>& rows, std::string_view backend,
                             {"var_qk", r.var_qk},
                             {"var_qk_scaled", r.var_qk_scaled}});
   return json;
+}
+
+double median(std::vector<double> xs) {
+  if (xs.empty()) return NAN;
+  std::sort(xs.begin(), xs.end());
+  const std::size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
 }
 
 }  // namespace attn

@@ -47,4 +47,8 @@ std::vector<EntropyRow> entropy_study(const BackendInfo& b, const PrecisionInfo&
 Json entropy_json(const std::vector<EntropyRow>& rows, std::string_view backend, std::string_view precision,
                   std::size_t draws, std::size_t keys, std::uint64_t seed);
 
+// The median of `xs` (the mean of the middle two for an even count; NaN
+// when empty): warm-call timings of the CLI and the claims' timing criteria.
+double median(std::vector<double> xs);
+
 }  // namespace attn
