@@ -21,7 +21,8 @@ attn_install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# Configures build/ once (release, -march=native), then builds what changed.
+# Configures build/ once (release, portable: the vector kernels are chosen at
+# run time, attn/simd.hpp), then builds what changed.
 attn_build() {
   if [ ! -f build/build.ninja ]; then
     meson setup build --buildtype=release

@@ -10,9 +10,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include <xsimd/xsimd.hpp>
-
 #include "attn/backend.hpp"
+#include "attn/simd.hpp"
 
 namespace attn::detail {
 
@@ -48,10 +47,9 @@ inline MaskView::Range block_keys(const MaskView& mask, std::size_t b, std::size
   return span;
 }
 
-// bf16/fp16 -> float, 16 at a time (microkernel.cpp: AVX-512 / F16C
-// conversions where the build has them, plain loops otherwise).
-void widen_to_float(const bf16* src, std::size_t n, float* dst);
-void widen_to_float(const fp16* src, std::size_t n, float* dst);
+// bf16/fp16 -> float: the dispatched vector kernels (attn/simd.hpp).
+inline void widen_to_float(const bf16* src, std::size_t n, float* dst) { attn::simd().widen_bf16(src, n, dst); }
+inline void widen_to_float(const fp16* src, std::size_t n, float* dst) { attn::simd().widen_fp16(src, n, dst); }
 
 // The n values at `src` as A: `src` itself when S is A, else widened into `buf`.
 template <class A, class S>
@@ -126,28 +124,18 @@ void mask_row(A* s, const MaskView& mask, std::size_t b, std::size_t i, std::siz
 }
 
 // s[j] = exp(s[j] - m) for j < n; returns their sum. For float and double
-// with simd = true, xsimd's vectorised exp (within 1.5 ulp of std::exp for
-// float over [-87, 0], measured; results below ~1e-38 flush to 0, an
-// absolute change far under every bound) and lane-wise partial sums;
-// otherwise std::exp (or the type's exp) in order. -inf gives 0 either way.
+// with simd = true, the dispatched vector kernel (attn/simd.hpp: xsimd's
+// exp, lane-wise partial sums); otherwise std::exp (or the type's exp) in
+// order. -inf gives 0 either way.
 template <class A>
 A exp_shifted_sum(A* s, std::size_t n, A m, bool simd) {
-  A sum = convert<A>(0.0);
-  std::size_t j = 0;
-  if constexpr (is_native_float<A>) {
-    if (simd) {
-      using batch = xsimd::batch<A>;
-      const batch shift(m);
-      batch acc(A(0));
-      for (; j + batch::size <= n; j += batch::size) {
-        const batch e = xsimd::exp(batch::load_unaligned(s + j) - shift);
-        e.store_unaligned(s + j);
-        acc += e;
-      }
-      sum = xsimd::hadd(acc);
-    }
+  if constexpr (std::is_same_v<A, float>) {
+    if (simd) return attn::simd().exp_shifted_sum_f32(s, n, m);
+  } else if constexpr (std::is_same_v<A, double>) {
+    if (simd) return attn::simd().exp_shifted_sum_f64(s, n, m);
   }
-  for (; j < n; ++j) {
+  A sum = convert<A>(0.0);
+  for (std::size_t j = 0; j < n; ++j) {
     s[j] = exp_of<A>(s[j] - m);
     sum += s[j];
   }
@@ -158,25 +146,16 @@ A exp_shifted_sum(A* s, std::size_t n, A m, bool simd) {
 // does (the exp that follows propagates it); lane-wise for float and double.
 template <class A>
 A row_max(const A* s, std::size_t n) {
-  A m = neg_infinity<A>();
-  std::size_t j = 0;
-  if constexpr (is_native_float<A>) {
-    using batch = xsimd::batch<A>;
-    if (n >= batch::size) {
-      batch acc(m);
-      for (; j + batch::size <= n; j += batch::size) {
-        const batch x = batch::load_unaligned(s + j);
-        acc = xsimd::select(x > acc, x, acc);
-      }
-      alignas(64) A lanes[batch::size];
-      acc.store_aligned(lanes);
-      for (const A x : lanes)
-        if (x > m) m = x;
-    }
+  if constexpr (std::is_same_v<A, float>) {
+    return attn::simd().row_max_f32(s, n);
+  } else if constexpr (std::is_same_v<A, double>) {
+    return attn::simd().row_max_f64(s, n);
+  } else {
+    A m = neg_infinity<A>();
+    for (std::size_t j = 0; j < n; ++j)
+      if (s[j] > m) m = s[j];
+    return m;
   }
-  for (; j < n; ++j)
-    if (s[j] > m) m = s[j];
-  return m;
 }
 
 template <class A>

@@ -4,9 +4,9 @@
 // a 64 x 64 x d tile is too small for a BLAS call: OpenBLAS packs both
 // operands and checks its thread pool on every call, which cost the
 // streaming backend about a third of its time (docs/performance.md, step 2).
-// Written with xsimd batches, so the same source is the AVX-512 kernel here
-// and an AVX2/SSE kernel elsewhere (the width is chosen at build time by
-// -march). Each C element is one fused multiply-add chain over k in order,
+// The kernel itself is compiled once per instruction set, with a register
+// block sized to each (attn/simd.hpp, simd/variant.inc), and chosen at run
+// time. Each C element is one fused multiply-add chain over k in order,
 // then scaled once by alpha: deterministic, and at least as accurate as the
 // per-operation rounding the error bounds assume.
 #pragma once

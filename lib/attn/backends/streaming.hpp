@@ -10,14 +10,15 @@
 // With fp32 accumulation both tile products run the register-blocked
 // micro-kernel (microkernel.hpp) on a K block packed transposed (and
 // widened from bf16/fp16) once per tile; other accumulation types use the
-// shared GEMM/loop tiles. Tunables: B_q (Options::block_q, default 256),
-// B_k (Options::block_k, default 64): measured on this machine at B = 1,
-// H = 8, n = 4096 (docs/performance.md, step 3). Key blocks no query of the
+// shared GEMM/loop tiles. Tunables: B_q (Options::block_q), B_k
+// (Options::block_k); the defaults are measured per instruction set at B = 1,
+// H = 8, n = 4096 (simd/variant_*.cpp, docs/performance.md). Key blocks no query of the
 // block can see (causal, window, padding) are skipped, and rows of a tile
 // that the mask leaves whole are not masked at all.
 #pragma once
 
 #include "attn/backend.hpp"
+#include "attn/simd.hpp"
 
 namespace attn::backends {
 
@@ -29,15 +30,15 @@ struct Streaming {
   // accumulation types are OpenBLAS GEMMs.
   static constexpr BackendTraits traits{.weights_from_lse = true, .tiled = true, .own_threads = true,
                                         .uses_blas = true, .memory_independent_of_n = true};
-  static constexpr std::size_t default_block_q = 256, default_block_k = 64;
 
   template <class S, Accumulate P>
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
 
-  static std::size_t block_q(const Options& opt) { return opt.block_q ? opt.block_q : default_block_q; }
-  static std::size_t block_k(const Options& opt) { return opt.block_k ? opt.block_k : default_block_k; }
+  // Defaults: the tiles measured for the vector kernels in use (attn/simd.hpp).
+  static std::size_t block_q(const Options& opt) { return opt.block_q ? opt.block_q : simd().block_q; }
+  static std::size_t block_k(const Options& opt) { return opt.block_k ? opt.block_k : simd().block_k; }
 };
 
 }  // namespace attn::backends

@@ -1,0 +1,6 @@
+// The baseline variant of the vector kernels (flags: lib/meson.build).
+#define ATTN_SIMD_ID baseline
+#define ATTN_SIMD_NAME "baseline"
+#define ATTN_SIMD_BLOCK_Q 256
+#define ATTN_SIMD_BLOCK_K 64
+#include "attn/simd/variant.inc"
