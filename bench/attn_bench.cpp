@@ -32,6 +32,7 @@
 
 #include "attn/alloc_counter.hpp"
 #include "attn/random.hpp"
+#include "attn/simd.hpp"
 #include "attn/verify.hpp"
 #include "common/json.hpp"
 
@@ -361,6 +362,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
   benchmark::AddCustomContext("attn_profile", profile_name);
   benchmark::AddCustomContext("blas", attn::blas_info());
+  benchmark::AddCustomContext("simd", attn::simd_summary());  // the vector kernels every backend ran
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
   benchmark::AddCustomContext("OPENBLAS_CORETYPE", coretype ? coretype : "(unset)");
   benchmark::AddCustomContext("memory_cap_bytes", std::to_string(memory_cap));

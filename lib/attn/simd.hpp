@@ -28,6 +28,7 @@ struct SimdKernels {
   // The micro-kernel's block of C held in registers: mr rows x nv vectors
   // (mr * nv accumulators + nv operands of B + 1 broadcast <= registers).
   std::size_t mr = 0, nv = 0;
+  std::size_t panel = 0;  // nv * lanes: the column panel width of packed B
   // The streaming backend's tiles measured for this variant (docs/performance.md).
   std::size_t block_q = 0, block_k = 0;
   // Independent FMA chains of the peak probe: registers - 2 (two constants),
@@ -38,6 +39,11 @@ struct SimdKernels {
   // element one FMA chain over k in order, then scaled once by alpha.
   void (*tile_gemm)(const float* a, std::size_t lda, const float* b, std::size_t ldb, float* c, std::size_t ldc,
                     std::size_t m, std::size_t n, std::size_t k, float alpha, bool accumulate) = nullptr;
+  // The same with B packed in column panels of `panel` columns: panel p holds
+  // columns [p panel, (p + 1) panel) as k contiguous rows (the last panel as
+  // wide as the columns left), so the kernel streams B contiguously.
+  void (*tile_gemm_packed)(const float* a, std::size_t lda, const float* bp, float* c, std::size_t ldc, std::size_t m,
+                           std::size_t n, std::size_t k, float alpha, bool accumulate) = nullptr;
   void (*widen_bf16)(const bf16* src, std::size_t n, float* dst) = nullptr;
   void (*widen_fp16)(const fp16* src, std::size_t n, float* dst) = nullptr;
   // max_j s[j] (-inf for n = 0; NaN ignored as `if (s[j] > m) m = s[j]` does).

@@ -1,6 +1,7 @@
 // attn-lab list: the registry's two tables.
 #include <cstdio>
 
+#include "attn/simd.hpp"
 #include "cli/command.hpp"
 
 namespace attn::cli {
@@ -19,6 +20,16 @@ int run(const Args& args) {
                                  {"bytes", p.bytes}});
     for (Accumulate a : accumulate_policies()) j["accumulations"].push_back(accumulate_name(a));
     j["blas"] = blas_info();
+    j["simd"] = {{"in_use", simd().id}, {"arch", simd().arch}, {"summary", simd_summary()}, {"variants", Json::array()}};
+    for (const SimdVariant& v : simd_variants())
+      j["simd"]["variants"].push_back({{"id", v.kernels->id},
+                                       {"arch", v.kernels->arch},
+                                       {"executable", v.executable},
+                                       {"requires", v.requires_},
+                                       {"micro_kernel", std::to_string(v.kernels->mr) + " x " +
+                                                            std::to_string(v.kernels->nv) + " vectors"},
+                                       {"block_q", v.kernels->block_q},
+                                       {"block_k", v.kernels->block_k}});
     print_json(j);
     return 0;
   }
@@ -39,6 +50,12 @@ int run(const Args& args) {
                 p.unit_roundoff, p.max_finite, std::string(accumulate_name(p.default_accumulate)).c_str());
   std::printf("accumulation: fp64, fp32, storage\n");
   std::printf("BLAS: %s\n", blas_info().c_str());
+  std::printf("vector kernels: %s\n", simd_summary().c_str());
+  for (const SimdVariant& v : simd_variants())
+    std::printf("  %-9s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu: %s\n",
+                std::string(v.kernels->id).c_str(), std::string(v.kernels->arch).c_str(), v.kernels->vector_bytes,
+                v.kernels->registers, v.kernels->mr, v.kernels->nv, v.kernels->block_q, v.kernels->block_k,
+                v.executable ? "runs here" : ("not on this CPU (needs " + v.requires_ + ")").c_str());
   return 0;
 }
 
@@ -47,10 +64,14 @@ int run(const Args& args) {
 extern const Command list_command = {
     "list",
     "  attn-lab list [--json]     the registered backends (with their traits), precisions and\n"
-    "                             accumulation policies, and the BLAS build\n",
+    "                             accumulation policies, the BLAS build and the vector kernels\n",
     R"(attn-lab list [--json]: the registry.
   --json    one line of JSON: backends (name, description, traits), precisions (name, unit
-            roundoff, largest finite value, default accumulation, bytes), accumulations, BLAS
+            roundoff, largest finite value, default accumulation, bytes), accumulations, BLAS,
+            simd (the vector kernel variant in use and every compiled one: instruction set,
+            whether this CPU runs it, micro-kernel block, streaming tiles)
+The vector kernels are compiled for several instruction sets and chosen at run time: the
+widest this CPU executes, or the one ATTN_SIMD names (baseline, avx2, avx512).
 
 examples:
   attn-lab list

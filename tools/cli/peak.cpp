@@ -16,7 +16,8 @@ int run(const Args& args) {
     print_json(to_json(p));
     return 0;
   }
-  std::printf("cpu              %s (%u cores), FMA probe in %s\n", p.cpu.c_str(), p.cores, p.simd.c_str());
+  std::printf("cpu              %s (%u cores)\n", p.cpu.c_str(), p.cores);
+  std::printf("kernels          %s; FMA probe: %zu independent chains\n", p.simd.c_str(), p.fma_chains);
   std::printf("fp32 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp32_fma_gflops_core, p.fp32_fma_gflops_all);
   std::printf("fp64 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp64_fma_gflops_core, p.fp64_fma_gflops_all);
   std::printf("sgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.sgemm_gflops_1024, p.sgemm_gflops_2048);
@@ -25,6 +26,7 @@ int run(const Args& args) {
   std::printf("dgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.dgemm_gflops_1024, p.dgemm_gflops_2048);
   std::printf("triad            %8.1f GB/s one core, %8.1f all cores\n", p.triad_gbs_core, p.triad_gbs_all);
   std::printf("BLAS             %s\n", p.blas.c_str());
+  for (const auto& e : instrument_errors(p)) std::printf("INSTRUMENT ERROR %s\n", e.c_str());
   return 0;
 }
 

@@ -6,10 +6,10 @@
 #include <functional>
 #include <thread>
 #include <vector>
-#include <xsimd/xsimd.hpp>
 #include <xtensor-blas/xblas.hpp>
 
 #include "attn/registry.hpp"
+#include "attn/simd.hpp"
 #include "attn/xt.hpp"
 
 namespace attn {
@@ -29,27 +29,19 @@ double best_seconds(int reps, const std::function<void()>& f) {
   return best;
 }
 
-// 2 * lanes * chains * iters flops of independent FMA chains, in xsimd's
-// widest batch for this build (-march=native): hand-written because a peak
-// probe must keep every FMA pipe busy, which no library call guarantees.
+// 2 * lanes * chains * iters FLOPs of independent FMA chains in the vector
+// kernels in use (attn/simd.hpp): as many chains as the target's registers
+// hold beside the two constants (14 ymm on AVX2, 30 zmm on AVX-512), more
+// than FMA latency x pipes, so every pipe stays busy and nothing spills.
 template <class T>
 double fma_gflops_one_thread() {
-  using batch = xsimd::batch<T>;
-  constexpr int chains = 16;  // > latency x pipes of current cores
-  constexpr long iters = 20'000'000 / batch::size;
-  volatile T seed = T(1e-9);
-  double seconds = best_seconds(5, [&] {
-    batch acc[chains];
-    const batch a(T(1) + seed), b(seed);
-    for (int c = 0; c < chains; ++c) acc[c] = batch(T(c) * seed);
-    for (long i = 0; i < iters; ++i)
-      for (int c = 0; c < chains; ++c) acc[c] = xsimd::fma(acc[c], a, b);
-    T sink = 0;
-    for (int c = 0; c < chains; ++c) sink += xsimd::hadd(acc[c]);
-    volatile T keep = sink;
-    (void)keep;
-  });
-  return 2.0 * batch::size * chains * double(iters) / seconds / 1e9;
+  const SimdKernels& k = simd();
+  const bool fp64 = std::is_same_v<T, double>;
+  const std::size_t lanes = fp64 ? k.lanes_f64() : k.lanes_f32();
+  const long iters = long(320'000'000 / (lanes * k.peak_chains));
+  volatile double sink = 0;
+  const double seconds = best_seconds(5, [&] { sink = sink + (fp64 ? k.fma_chains_f64(iters) : k.fma_chains_f32(iters)); });
+  return 2.0 * double(lanes * k.peak_chains) * double(iters) / seconds / 1e9;
 }
 
 // The same probe on every core at once: the sum of the threads' rates.
@@ -118,7 +110,8 @@ std::string cpuinfo(const std::string& key) {
 MachinePeak measure_peak() {
   MachinePeak p;
   p.cores = std::max(1u, std::thread::hardware_concurrency());
-  p.simd = xsimd::default_arch::name();
+  p.simd = simd_summary();
+  p.fma_chains = simd().peak_chains;
   p.cpu = cpuinfo("model name");
   p.cpu_flags = cpuinfo("flags");
   p.fp32_fma_gflops_core = fma_gflops_one_thread<float>();
@@ -140,11 +133,30 @@ MachinePeak measure_peak() {
   return p;
 }
 
+std::vector<std::string> instrument_errors(const MachinePeak& p) {
+  std::vector<std::string> e;
+  auto above = [&](const char* what, double rate, double peak, const char* peak_name) {
+    if (rate > peak) {
+      char line[200];
+      std::snprintf(line, sizeof line, "%s %.1f GFLOP/s is above the %s %.1f", what, rate, peak_name, peak);
+      e.emplace_back(line);
+    }
+  };
+  above("sgemm n = 1024", p.sgemm_gflops_1024, p.fp32_fma_gflops_core, "fp32 FMA peak");
+  above("sgemm n = 2048", p.sgemm_gflops_2048, p.fp32_fma_gflops_core, "fp32 FMA peak");
+  above("attention GEMMs d = 64", p.sgemm_attention_gflops_d64, p.fp32_fma_gflops_core, "fp32 FMA peak");
+  above("attention GEMMs d = 128", p.sgemm_attention_gflops_d128, p.fp32_fma_gflops_core, "fp32 FMA peak");
+  above("dgemm n = 1024", p.dgemm_gflops_1024, p.fp64_fma_gflops_core, "fp64 FMA peak");
+  above("dgemm n = 2048", p.dgemm_gflops_2048, p.fp64_fma_gflops_core, "fp64 FMA peak");
+  return e;
+}
+
 Json to_json(const MachinePeak& p) {
   return {{"cpu", p.cpu},
           {"cpu_flags", p.cpu_flags},
           {"cores", p.cores},
           {"simd", p.simd},
+          {"fma_chains", p.fma_chains},
           {"blas", p.blas},
           {"fp32_fma_gflops_core", p.fp32_fma_gflops_core},
           {"fp32_fma_gflops_all", p.fp32_fma_gflops_all},
@@ -157,7 +169,8 @@ Json to_json(const MachinePeak& p) {
           {"sgemm_attention_gflops_d64", p.sgemm_attention_gflops_d64},
           {"sgemm_attention_gflops_d128", p.sgemm_attention_gflops_d128},
           {"triad_gbs_core", p.triad_gbs_core},
-          {"triad_gbs_all", p.triad_gbs_all}};
+          {"triad_gbs_all", p.triad_gbs_all},
+          {"instrument_errors", instrument_errors(p)}};
 }
 
 }  // namespace attn

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/json.hpp"
 
@@ -20,7 +21,8 @@ struct MachinePeak {
   double sgemm_attention_gflops_d64 = 0, sgemm_attention_gflops_d128 = 0;
   double triad_gbs_core = 0, triad_gbs_all = 0;  // a[i] = b[i] + s c[i], 3 x 8 bytes per element
   unsigned cores = 0;
-  std::string simd;  // the vector instruction set the FMA probe used
+  std::string simd;  // the vector kernels in use (attn/simd.hpp), which the FMA probe ran
+  std::size_t fma_chains = 0;  // independent FMA chains of the probe
   std::string blas;  // blas_info()
   std::string cpu;   // model name from /proc/cpuinfo
   std::string cpu_flags;  // its feature flags
@@ -29,6 +31,9 @@ struct MachinePeak {
 // Takes a few seconds: best of several repetitions of each probe.
 MachinePeak measure_peak();
 Json to_json(const MachinePeak& p);
+// Rates measured above the FMA peak they must stay under (a GEMM faster than
+// the peak means the probe, not the GEMM, is wrong): one line each.
+std::vector<std::string> instrument_errors(const MachinePeak& p);
 
 // Threads OpenBLAS may use from now on (1 for single-thread measurements).
 }  // namespace attn

@@ -15,30 +15,39 @@ using detail::widen_count;
 
 // How a worker's tiles are loaded and multiplied. fp32 accumulation (the
 // default for fp32, bf16 and fp16 storage) takes the register-blocked
-// micro-kernel, with each K block packed transposed (and widened) once per
-// tile; every other accumulation type keeps the shared GEMM/loop tiles.
+// micro-kernel, with each K and V block packed in its column panels (and
+// widened) once per tile; every other accumulation type keeps the shared GEMM/loop tiles.
 template <class S, class A>
 struct Tiles {
   static constexpr bool micro = std::is_same_v<A, float>;
 
   static std::size_t k_count(std::size_t b_c, std::size_t d_k) { return micro ? b_c * d_k : widen_count<A, S>(b_c * d_k); }
+  static std::size_t v_count(std::size_t b_c, std::size_t d_v) { return micro ? b_c * d_v : widen_count<A, S>(b_c * d_v); }
 
   static const A* load_k(const S* src, std::size_t cols, std::size_t d_k, A* buf) {
     if constexpr (micro) {
-      detail::pack_transposed(src, cols, d_k, buf);
+      detail::pack_keys(src, cols, d_k, buf);
       return buf;
     } else {
       return detail::as_accumulate(src, cols * d_k, buf);
     }
   }
+  static const A* load_v(const S* src, std::size_t cols, std::size_t d_v, A* buf) {
+    if constexpr (micro) {
+      detail::pack_values(src, cols, d_v, buf);
+      return buf;
+    } else {
+      return detail::as_accumulate(src, cols * d_v, buf);
+    }
+  }
   // s = scale * q k^T: q [rows, d_k], k as load_k left it, s [rows, cols].
   static void scores(const A* q, const A* k, A* s, std::size_t rows, std::size_t cols, std::size_t d_k, A scale) {
-    if constexpr (micro) detail::tile_gemm(q, d_k, k, cols, s, cols, rows, cols, d_k, scale, false);
+    if constexpr (micro) detail::tile_gemm_packed(q, d_k, k, s, cols, rows, cols, d_k, scale, false);
     else detail::scores_tile<A>(q, k, s, rows, cols, d_k, scale);
   }
-  // o += p v: p [rows, cols], v [cols, d_v], o [rows, d_v].
+  // o += p v: p [rows, cols], v as load_v left it, o [rows, d_v].
   static void pv(const A* p, const A* v, A* o, std::size_t rows, std::size_t cols, std::size_t d_v) {
-    if constexpr (micro) detail::tile_gemm(p, cols, v, d_v, o, d_v, rows, d_v, cols, 1.0f, true);
+    if constexpr (micro) detail::tile_gemm_packed(p, cols, v, o, d_v, rows, d_v, cols, 1.0f, true);
     else detail::pv_tile<A>(p, v, o, rows, cols, d_v, true);
   }
 };
@@ -48,7 +57,7 @@ template <class S, class A>
 std::size_t worker_bytes(const Shape& s, std::size_t b_r, std::size_t b_c) {
   return piece_bytes<A>(b_r * b_c) + piece_bytes<A>(b_r * s.d_v) + (is_native_float<A> ? 2 : 3) * piece_bytes<A>(b_r) +
          piece_bytes<A>(widen_count<A, S>(b_r * s.d_k)) + piece_bytes<A>(Tiles<S, A>::k_count(b_c, s.d_k)) +
-         piece_bytes<A>(widen_count<A, S>(b_c * s.d_v));
+         piece_bytes<A>(Tiles<S, A>::v_count(b_c, s.d_v));
 }
 
 std::size_t workers(const Shape& s, const Options& opt, std::size_t b_r) {
@@ -88,7 +97,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     w.c_i = is_native_float<A> ? nullptr : arena.take<A>(B_r);  // O_i's power-of-two divisor (see `normalised`)
     w.q_buf = arena.take<A>(widen_count<A, S>(B_r * d_k));
     w.k_buf = arena.take<A>(T::k_count(B_c, d_k));
-    w.v_buf = arena.take<A>(widen_count<A, S>(B_c * d_v));
+    w.v_buf = arena.take<A>(T::v_count(B_c, d_v));
   }
 
   Result<S> r = allocate_result<S>(Streaming::name, sh, opt, bytes, /*lse_always=*/opt.need_weights);
@@ -191,7 +200,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         }
       }
       // O_i += P~_ij V_j
-      T::pv(S_ij + rs.first * cols, as_accumulate(&in.v(b, h, j0, 0), cols * d_v, v_buf), O_i + rs.first * d_v,
+      T::pv(S_ij + rs.first * cols, T::load_v(&in.v(b, h, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
             rs.last - rs.first, cols, d_v);
     });
 

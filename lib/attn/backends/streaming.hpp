@@ -8,8 +8,8 @@
 // Each worker (Options::threads of them, over batch x heads x query blocks)
 // holds O(B_q * B_k + B_q * d_v + B_k * d) floats: independent of n.
 // With fp32 accumulation both tile products run the register-blocked
-// micro-kernel (microkernel.hpp) on a K block packed transposed (and
-// widened from bf16/fp16) once per tile; other accumulation types use the
+// micro-kernel (microkernel.hpp) on K and V blocks packed in column panels
+// (and widened from bf16/fp16) once per tile; other accumulation types use the
 // shared GEMM/loop tiles. Tunables: B_q (Options::block_q), B_k
 // (Options::block_k); the defaults are measured per instruction set at B = 1,
 // H = 8, n = 4096 (simd/variant_*.cpp, docs/performance.md). Key blocks no query of the

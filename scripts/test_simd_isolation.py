@@ -1,0 +1,36 @@
+#!/usr/bin/python3
+"""simd_isolation: the wider-ISA variants of the vector kernels share no
+code with the rest of the program.
+
+    test_simd_isolation.py ARCHIVE...
+
+Each archive holds one variant compiled with AVX2 or AVX-512 flags. An
+inline function (a std:: or xtensor template, say) emitted there would be a
+weak symbol the linker may pick for baseline callers too: the baseline
+build would then execute AVX2 code on a CPU without it. So every symbol such
+an object defines must be its own: in namespace attn::simd_kernels (the
+kernels, internal, and the one table it exports), or the personality-routine
+reference every C++ object carries.
+"""
+import subprocess
+import sys
+
+from checklib import Checks
+
+ALLOWED_PREFIXES = ("attn::simd_kernels::",)
+ALLOWED = {"DW.ref.__gxx_personality_v0"}
+checks = Checks()
+for archive in sys.argv[1:]:
+    out = subprocess.run(["nm", "-C", "--defined-only", archive], capture_output=True, text=True, check=True).stdout
+    symbols = []
+    for line in out.splitlines():
+        parts = line.split(maxsplit=2)
+        if len(parts) == 3 and parts[1] not in ("t", "d", "b", "r", "n"):  # external (global or weak) definitions
+            symbols.append((parts[1], parts[2]))
+    print(f"{archive}: {len(symbols)} external definitions: " + ", ".join(s for _, s in symbols))
+    checks.record(any(s.startswith("attn::simd_kernels::kernels_") for _, s in symbols),
+                  f"{archive}: no kernel table defined (did the variant compile at all?)")
+    for kind, s in symbols:
+        checks.record(s.startswith(ALLOWED_PREFIXES) or s in ALLOWED,
+                      f"{archive}: {kind} {s} is defined with wider instructions and may be linked into baseline code")
+checks.finish()
