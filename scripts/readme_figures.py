@@ -29,7 +29,8 @@ def run_data(run):
     data = run / "data"
     bench = report.load(data, "bench.json")
     return {"run": run, "stamp": run.resolve().name, "peak": report.load(data, "peak.json"), "bench": bench,
-            "rows": report.bench_rows(bench), "claims": report.load(data, "claims.json")}
+            "rows": report.bench_rows(bench), "claims": report.load(data, "claims.json"),
+            "torch": report.load(data, "torch.json") if (data / "torch.json").is_file() else None}
 
 
 def machine(d):
@@ -54,7 +55,7 @@ def performance(d):
     def row(label, f):
         lines.append(f"| {label} | {f(64)} | {f(128)} |")
 
-    row(fused, lambda dd: cell(g((fused, "fp32", 0, 1, dd))) + (f" ({100 * g((fused, 'fp32', 0, 1, dd)) / fp32:.0f}%)"
+    row(fused, lambda dd: cell(g((fused, "fp32", 0, 1, dd))) + (f" ({report.of_peak(g((fused, 'fp32', 0, 1, dd)), fp32)})"
                                                                if g((fused, "fp32", 0, 1, dd)) else ""))
     row(f"{fused}, 2 threads", lambda dd: (f"{g((fused, 'fp32', 0, 2, dd)):.1f} ({g((fused, 'fp32', 0, 2, dd)) / g((fused, 'fp32', 0, 1, dd)):.2f}x)"
                                             if g((fused, "fp32", 0, 2, dd)) and g((fused, "fp32", 0, 1, dd)) else "n/a"))
@@ -72,6 +73,13 @@ def performance(d):
         row(b, lambda dd, b=b: cell(g((b, "fp32", 0, 1, dd))))
     attn = {(r["backend"], r["n"], r["d"]): r for r in rows if r["family"] == "attn" and "n" in r
             and r["precision"] == "fp32" and r["causal"] == 0 and r["threads"] == 1}
+    if d["torch"]:
+        pt = {r["d"]: r for r in d["torch"]["rows"] if r["threads"] == 1 and r["n"] == 4096}
+        row("PyTorch math, preallocated (median; range)",
+            lambda dd: f"{pt[dd]['gflops_median']:.1f} ({pt[dd]['gflops_min']:.1f} ... {pt[dd]['gflops_max']:.1f})"
+            if dd in pt else "n/a")
+        row(f"{fused} / PyTorch", lambda dd: f"{g((fused, 'fp32', 0, 1, dd)) / pt[dd]['gflops_median']:.2f}x"
+            if dd in pt and g((fused, "fp32", 0, 1, dd)) else "n/a")
     for b in baseline:
         row(f"{b} (B = H = 1)", lambda dd, b=b: cell(attn[(b, 4096, dd)]["FLOP/s"] / 1e9 if (b, 4096, dd) in attn else None))
     att = {dd: peak.get(f"sgemm_attention_gflops_d{dd}") for dd in (64, 128)}

@@ -60,8 +60,13 @@ def synthetic(folder):
          "figures": {"ratio": 3.0},
          "plots": [{"title": "toy", "xlabel": "n", "ylabel": "e", "logx": True, "logy": False, "x": [1, 2],
                     "series": {"a": [1.0, 2.0], "b": [2.0, None]}}]}]}
+    torch = {"profile": "quick", "rows": [
+        {"name": f"torch_math/fp32/causal:0/threads:{t}/n:1024/d:64", "n": 1024, "d": 64, "heads": 8, "threads": t,
+         "seconds": [0.01, 0.011, 0.012], "median_seconds": 0.011, "gflops_median": 50.0, "gflops_min": 45.0,
+         "gflops_max": 55.0, "torch": "test", "blas": "test blas", "blas_core": "Test"} for t in (1, 2)]}
     for name, obj in (("peak.json", peak), ("bench.json", bench), ("accuracy.json", accuracy),
-                      ("entropy.json", entropy), ("claims.json", claims), ("build.json", build)):
+                      ("entropy.json", entropy), ("claims.json", claims), ("build.json", build),
+                      ("torch.json", torch)):
         with open(os.path.join(folder, name), "w") as f:
             json.dump(obj, f)
 
@@ -96,6 +101,45 @@ class ReportTest(unittest.TestCase):
             self.assertIn("naive 2.00", f.read())
         with open(os.path.join(final, "claims.md")) as f:
             self.assertIn("| toy | **does not hold** | measured 3 > 2 |", f.read())
+
+    def test_rates_above_the_peak_are_instrument_errors_and_pytorch_is_compared(self):
+        # attn_h8 rows: streaming at 120 GFLOP/s on one thread against a probe
+        # peak of 100 (an instrument error, never "120%"), 60 at d = 128 (60%:
+        # MISSED against 65%), against PyTorch's median 50: 2.40x and 1.20x.
+        with open(os.path.join(self.data, "bench.json")) as f:
+            bench = json.load(f)
+        n = 1024
+        for d, g in ((64, 120.0), (128, 60.0)):
+            flops = 4 * 8 * n * n * d
+            bench["benchmarks"].append({"name": f"attn_h8/streaming/fp32/causal:0/threads:1/n:{n}/d:{d}",
+                                        "seconds_per_call": flops / g / 1e9, "FLOP/s": g * 1e9,
+                                        "peak_heap_bytes": 1000, "workspace_model_bytes": 1000})
+        with open(os.path.join(self.data, "bench.json"), "w") as f:
+            json.dump(bench, f)
+        with open(os.path.join(self.data, "torch.json")) as f:
+            torch = json.load(f)
+        torch["rows"].append(dict(torch["rows"][0], d=128, name="torch_math/fp32/causal:0/threads:1/n:1024/d:128"))
+        with open(os.path.join(self.data, "torch.json"), "w") as f:
+            json.dump(torch, f)
+        with open(os.path.join(self.data, "peak.json")) as f:
+            peak = json.load(f)
+        peak["instrument_errors"] = ["sgemm n = 2048 120.0 GFLOP/s is above the fp32 FMA peak 100.0"]
+        with open(os.path.join(self.data, "peak.json"), "w") as f:
+            json.dump(peak, f)
+        final, readings = report.make_report(self.data, self.out, "test", stamp="peak")
+        with open(os.path.join(final, "performance.md")) as f:
+            text = f.read()
+        self.assertIn("| streaming fp32, d = 64, 1 thread: fraction of fp32 FMA peak | INSTRUMENT ERROR: 120.0 above "
+                      "the measured peak 100.0 | >= 55% | instrument error |", text)
+        self.assertIn("| streaming fp32, d = 128, 1 thread: fraction of fp32 FMA peak | 60% | >= 65% | MISSED |", text)
+        self.assertIn("| streaming fp32, d = 64, 1 thread: rate over PyTorch's math attention (preallocated) | 2.4000x "
+                      "| >= 1.25x | met |", text)
+        self.assertIn("| streaming fp32, d = 128, 1 thread: rate over PyTorch's math attention (preallocated) | 1.2000x "
+                      "| >= 1.25x | MISSED |", text)
+        self.assertIn("| 1 | 1024 | 128 | 50.0 (45.0 ... 55.0) | 60.0 | 1.20x |", text)
+        self.assertNotIn("120%", text)
+        self.assertIn("**INSTRUMENT ERROR** (attn-lab peak): sgemm n = 2048", text)
+        self.assertTrue(any(r.startswith("INSTRUMENT ERROR (attn-lab peak)") for r in readings))
 
     def test_broken_json_is_one_clear_error_and_no_run_folder(self):
         with open(os.path.join(self.data, "bench.json"), "w") as f:
