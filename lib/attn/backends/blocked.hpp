@@ -1,7 +1,7 @@
 // blocked: query blocks of B_q rows; for each, one B_q x n_kv slab of scores
 // (GEMM), masked, an exact max-shifted softmax per row, then times V (GEMM).
 // Holds O(B_q * n_kv) scores, never n_q * n_kv. Tunable: B_q (Options::
-// block_q, default 64). Keys no row of a block can see (causal, window,
+// block_q, default 128). Keys no row of a block can see (causal, window,
 // padding) are left out of its GEMMs. The exact-softmax counterpart of
 // FlashAttention's tiling (Dao et al. 2022), without the online rescaling.
 #pragma once
@@ -14,7 +14,7 @@ struct Blocked {
   static constexpr std::string_view name = "blocked";
   static constexpr std::string_view description = "query blocks of B_q rows, a B_q x n_kv slab each, GEMM";
   static constexpr BackendTraits traits{.tiled = true, .uses_blas = true};
-  static constexpr std::size_t default_block_q = 64;
+  static constexpr std::size_t default_block_q = 128;
 
   template <class S, Accumulate P>
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
