@@ -36,6 +36,9 @@ bool cpu_supports(std::string_view features) {
     else if (f == "avx512bw") ok = __builtin_cpu_supports("avx512bw");
     else if (f == "avx512dq") ok = __builtin_cpu_supports("avx512dq");
     else if (f == "avx512vl") ok = __builtin_cpu_supports("avx512vl");
+    else if (f == "sse4.2") ok = __builtin_cpu_supports("sse4.2");
+    else if (f == "popcnt") ok = __builtin_cpu_supports("popcnt");
+    else if (f == "avx") ok = __builtin_cpu_supports("avx");
     if (!ok) return false;
     features.remove_prefix(std::min(end + 1, features.size()));
   }
@@ -44,6 +47,14 @@ bool cpu_supports(std::string_view features) {
   return features.empty();
 #endif
 }
+
+// What the build's baseline flags require of the CPU (x86-64 only).
+constexpr std::string_view baseline_features =
+#if defined(__x86_64__) && defined(__F16C__) && defined(__SSE4_2__) && !defined(__AVX2__)
+    "sse4.2 popcnt avx f16c";
+#else
+    "";  // a -march=native build: this machine's own flags
+#endif
 
 std::vector<SimdVariant> detect() {
   std::vector<SimdVariant> v;
@@ -57,9 +68,8 @@ std::vector<SimdVariant> detect() {
 #if defined(ATTN_SIMD_AVX2)
   add(simd_kernels::kernels_avx2, "avx2 fma f16c");
 #endif
-  // The baseline needs what the build's flags need: if this process runs at
-  // all, the CPU has it.
-  add(simd_kernels::kernels_baseline, "");
+  // The baseline needs what the build's own flags need (meson.build).
+  add(simd_kernels::kernels_baseline, std::string(baseline_features));
   return v;
 }
 
@@ -85,7 +95,8 @@ Choice choose() {
   }
   for (const auto& v : all)
     if (v.executable) return {v.kernels, false};
-  return {all.back().kernels, false};
+  throw Error("this CPU lacks " + all.back().requires_ +
+              ", which this build's baseline needs (meson.build: rebuild with -Dnative=true on this machine)");
 }
 
 const Choice& choice() {

@@ -2,7 +2,8 @@
 // time: one binary runs on every x86-64 (or other) CPU and uses the widest
 // instruction set the CPU and OS execute. Each variant is the one source
 // simd/variant.inc compiled with its own flags (lib/meson.build):
-//   baseline  the build's own flags (x86-64: SSE2; -Dnative=true: this CPU)
+//   baseline  the build's own flags (x86-64: x86-64-v2 + F16C, i.e. AVX without
+//             FMA; -Dnative=true: this CPU)
 //   avx2      -mavx2 -mfma -mf16c                 (x86-64 only)
 //   avx512    + -mavx512f/bw/dq/vl                 (x86-64 only)
 // ATTN_SIMD=<id> forces a variant (tests run the properties on each one the

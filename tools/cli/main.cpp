@@ -4,6 +4,7 @@
 #include <iostream>
 #include <new>
 
+#include "attn/simd.hpp"
 #include "cli/command.hpp"
 
 namespace attn::cli {
@@ -53,6 +54,7 @@ int dispatch(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   try {
+    (void)attn::simd();  // the vector kernels chosen first: a CPU without the baseline gets one clear line
     return attn::cli::dispatch(argc, argv);
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "attn-lab: %s\n", e.what());
