@@ -5,7 +5,8 @@
 
 Commands come from
   - README.md: every line of an indented code block that starts with
-    `build/` or `scripts/` (a trailing backslash continues the line);
+    `build/` or `scripts/`, after any VAR=value assignments (set in its
+    environment) and /usr/bin/python3 (a trailing backslash continues the line);
   - `attn-lab --help` and `attn-lab COMMAND --help` for every command it
     lists, `attn-bench --help` and `scripts/run --help`: the indented lines
     under an "examples:" heading.
@@ -32,10 +33,13 @@ import numpy as np
 SRC, BUILD = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 LIST_ONLY = "--list" in sys.argv
 PROGRAMS = {
-    "attn-lab": os.path.join(BUILD, "tools", "attn-lab"),
-    "attn-bench": os.path.join(BUILD, "bench", "attn-bench"),
-    "scripts/run": os.path.join(SRC, "scripts", "run"),
+    "attn-lab": [os.path.join(BUILD, "tools", "attn-lab")],
+    "attn-bench": [os.path.join(BUILD, "bench", "attn-bench")],
+    "scripts/run": [os.path.join(SRC, "scripts", "run")],
+    "scripts/torch_bench.py": ["/usr/bin/python3", os.path.join(SRC, "scripts", "torch_bench.py")],
 }
+INTERPRETERS = {"/usr/bin/python3"}
+ENV_WORD = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 NOT_RUN = {"scripts/test": "the test suite itself runs this test"}
 ERROR_LINE = re.compile(r"^(attn-lab:|attn-bench:|scripts/run:|Traceback|.*ERROR OCCURRED)")
 SEED = 20261130
@@ -49,12 +53,26 @@ def program_of(word):
     return None
 
 
+def split_command(words):
+    """(environment assignments, program name or None, arguments) of a command's
+    words: leading VAR=value words set the environment, and a leading
+    interpreter (/usr/bin/python3) runs the script that follows it."""
+    env = {}
+    while words and ENV_WORD.match(words[0]):
+        key, value = words[0].split("=", 1)
+        env[key] = value
+        words = words[1:]
+    if words and words[0] in INTERPRETERS:
+        words = words[1:]
+    return env, (program_of(words[0]) if words else None), words[1:]
+
+
 def readme_commands():
     lines = open(os.path.join(SRC, "README.md")).read().splitlines()
     commands, i = [], 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("    ") and not line.startswith("     ") and program_of(line.split()[0] if line.split() else ""):
+        if line.startswith("    ") and not line.startswith("     ") and split_command(line.split())[1]:
             text = line.strip()
             while text.endswith("\\") and i + 1 < len(lines):
                 i += 1
@@ -85,14 +103,14 @@ def help_commands():
     def help_of(argv):
         return subprocess.run(argv, capture_output=True, text=True).stdout
 
-    lab = PROGRAMS["attn-lab"]
+    lab = PROGRAMS["attn-lab"][0]
     top = help_of([lab, "--help"])
     found = help_examples("attn-lab --help", top)
     names = re.findall(r"^  attn-lab ([a-z]+)\b", top, flags=re.M)
     for name in sorted(set(names)):
         found += help_examples(f"attn-lab {name} --help", help_of([lab, name, "--help"]))
-    found += help_examples("attn-bench --help", help_of([PROGRAMS["attn-bench"], "--help"]))
-    found += help_examples("scripts/run --help", help_of([PROGRAMS["scripts/run"], "--help"]))
+    found += help_examples("attn-bench --help", help_of(PROGRAMS["attn-bench"] + ["--help"]))
+    found += help_examples("scripts/run --help", help_of(PROGRAMS["scripts/run"] + ["--help"]))
     return found, sorted(set(names))
 
 
@@ -150,18 +168,19 @@ def write_inputs(args, work, rng):
 # --- Running -------------------------------------------------------------------------
 
 def run_command(origin, text, failures):
-    words = shlex.split(text)
-    name = program_of(words[0])
+    env, name, args = split_command(shlex.split(text))
     if name in NOT_RUN:
         print(f"not run: {text}  ({origin}): {NOT_RUN[name]}")
         return
     with tempfile.TemporaryDirectory() as work:
-        args = words[1:]
         write_inputs(args, work, np.random.default_rng(SEED))
+        # Arguments naming the build's programs (build/bench/attn-bench) point into BUILD.
+        args = [os.path.join(BUILD, a[len("build/"):]) if a.startswith("build/") else a for a in args]
         if name == "scripts/run":
             args = args + ["--out", os.path.join(work, "reports")]
         t0 = time.time()
-        p = subprocess.run([PROGRAMS[name]] + args, cwd=work, capture_output=True, text=True)
+        p = subprocess.run(PROGRAMS[name] + args, cwd=work, capture_output=True, text=True,
+                           env=dict(os.environ, **env))
         seconds = time.time() - t0
         errors = [line for line in (p.stdout + "\n" + p.stderr).splitlines() if ERROR_LINE.match(line)]
         ok = p.returncode == 0 and not errors
