@@ -9,12 +9,6 @@ namespace {
 
 constexpr double inf = std::numeric_limits<double>::infinity();
 
-double max_abs(const xt::xtensor<double, 4>& t) {
-  double m = 0;
-  for (double x : t) m = std::max(m, std::fabs(x));
-  return m;
-}
-
 // One run of backend b on case c in storage `precision`, with what the run
 // saw; `ok` is false when the case lies outside the precondition of that
 // format (an input overflows the format, or |Q.K| the accumulation type).
