@@ -15,22 +15,9 @@ void tile_gemm_packed(const float* a, std::size_t lda, const float* bp, float* c
 
 namespace {
 
-// Values are widened in chunks of this many (a multiple of every panel width).
+// Values are widened in chunks of this many (a multiple of every panel width:
+// simd/variant.inc asserts it).
 constexpr std::size_t chunk = 256;
-
-// src[0, n) as float: src itself for fp32, else widened into `buf`.
-template <class S>
-const float* as_float(const S* src, std::size_t n, float* buf) {
-  if constexpr (std::is_same_v<S, float>) {
-    return src;
-  } else if constexpr (std::is_same_v<S, bf16> || std::is_same_v<S, fp16>) {
-    widen_to_float(src, n, buf);
-    return buf;
-  } else {
-    for (std::size_t l = 0; l < n; ++l) buf[l] = convert<float>(src[l]);
-    return buf;
-  }
-}
 
 }  // namespace
 
@@ -44,7 +31,7 @@ void pack_keys(const S* src, std::size_t rows, std::size_t d, float* out) {
     for (std::size_t jj = 0; jj < w; ++jj)
       for (std::size_t l0 = 0; l0 < d; l0 += chunk) {
         const std::size_t len = std::min(chunk, d - l0);
-        const float* row = as_float(src + (p0 + jj) * d + l0, len, buf);
+        const float* row = as_accumulate<float>(src + (p0 + jj) * d + l0, len, buf);
         for (std::size_t l = 0; l < len; ++l) panel[(l0 + l) * w + jj] = row[l];
       }
   }
@@ -57,7 +44,7 @@ void pack_values(const S* src, std::size_t rows, std::size_t d_v, float* out) {
   for (std::size_t j = 0; j < rows; ++j)
     for (std::size_t l0 = 0; l0 < d_v; l0 += chunk) {
       const std::size_t len = std::min(chunk, d_v - l0);
-      const float* row = as_float(src + j * d_v + l0, len, buf);
+      const float* row = as_accumulate<float>(src + j * d_v + l0, len, buf);
       for (std::size_t c0 = l0; c0 < l0 + len; c0 += P) {  // chunk % P == 0: panels start inside
         const std::size_t w = std::min(P, d_v - c0);
         std::copy(row + (c0 - l0), row + (c0 - l0) + w, out + c0 * rows + j * w);
