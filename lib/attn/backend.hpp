@@ -21,6 +21,31 @@ struct Result {
   std::size_t workspace_bytes = 0;                // scratch the backend allocated for the call
 };
 
+// The gradients of a scalar loss L through O = attention(Q, K, V), given the
+// upstream gradient dO = dL/dO (backward pass, per head):
+//   P = softmax(S), S = scale Q K^T + mask
+//   dV = P^T dO;  dP = dO V^T;  D_i = sum_l dO_il O_il (= sum_j P_ij dP_ij)
+//   dS = P o (dP - D 1^T);  dQ = scale dS K;  dK = scale dS^T Q;  d(bias) = dS
+// Masked scores get dS = 0 exactly: a fully masked row has dQ_i = 0, a key
+// no query sees has dK_j = dV_j = 0.
+template <class S>
+struct Gradients {
+  xt::xtensor<S, 4> dq, dk, dv;  // shapes of Q, K, V
+  // [n_q, n_kv] when Options::need_dbias: the gradient of the additive bias
+  // mask, which is broadcast over batch and heads, so the sum of dS over them.
+  std::optional<xt::xtensor<double, 2>> dbias;
+  std::size_t workspace_bytes = 0;  // scratch the backward call allocated
+};
+
+// What the backward pass takes from the forward: the output (rounded to
+// storage) and the logsumexp (Result::lse, which the forward returns when
+// Options::need_lse). Backends that recompute their own softmax may ignore it.
+template <class S>
+struct Saved {
+  const xt::xtensor<S, 4>& out;
+  const xt::xtensor<double, 3>& lse;
+};
+
 // What a backend is, as values: the registry, CLI, tests, benchmarks and
 // reports decide by these, never by a backend's name or type.
 struct BackendTraits {
@@ -38,6 +63,10 @@ struct BackendTraits {
 //   workspace_bytes<S, P>(shape, options) -> the scratch bytes run() takes from the workspace
 // run() requires validate(inputs, options) to have passed (run_checked does both),
 // and allocates nothing in its loops: its scratch comes from the workspace.
+// A backend with a backward pass also has (HasBackward)
+//   backward<S, P>(inputs, saved, d_out, options, workspace) -> Gradients<S>
+//   backward_workspace_bytes<S, P>(shape, options)
+// with the same rules; it requires validate_backward() to have passed.
 template <class B>
 concept AttentionBackend = requires(const Inputs<float>& in, const Options& o, const Shape& s, Workspace& ws) {
   { B::name } -> std::convertible_to<std::string_view>;
@@ -45,6 +74,14 @@ concept AttentionBackend = requires(const Inputs<float>& in, const Options& o, c
   { B::traits } -> std::convertible_to<BackendTraits>;
   { B::template run<float, Accumulate::fp32>(in, o, ws) } -> std::same_as<Result<float>>;
   { B::template workspace_bytes<float, Accumulate::fp32>(s, o) } -> std::same_as<std::size_t>;
+};
+
+template <class B>
+concept HasBackward = AttentionBackend<B> && requires(const Inputs<float>& in, const Saved<float>& saved,
+                                                      const xt::xtensor<float, 4>& d_out, const Options& o,
+                                                      const Shape& s, Workspace& ws) {
+  { B::template backward<float, Accumulate::fp32>(in, saved, d_out, o, ws) } -> std::same_as<Gradients<float>>;
+  { B::template backward_workspace_bytes<float, Accumulate::fp32>(s, o) } -> std::same_as<std::size_t>;
 };
 
 // validate() and then run(): the entry point for callers outside the library.
@@ -86,6 +123,13 @@ constexpr double flops(const Shape& s, bool causal = false) {
   double f = 2.0 * double(s.batch) * double(s.heads) * double(s.n_q) * double(s.n_kv) *
              double(s.d_k + s.d_v);
   return causal ? f / 2 : f;
+}
+
+// The backward pass as the FlashAttention-2 paper counts it (Dao 2023,
+// sec. 4): five matrix products of 2 n_q n_kv d per head (S, dP, dV, dQ, dK;
+// S and dQ, dK over d_k, dP and dV over d_v), 2.5x the forward; halved for causal.
+constexpr double backward_flops(const Shape& s, bool causal = false) {
+  return 2.5 * flops(s, causal);
 }
 
 // Dimensions per head of a d_model split over `heads` heads.

@@ -52,11 +52,45 @@ class TypedCall final : public PreparedCall {
     return true;
   }
 
+  void prepare_backward(const xt::xtensor<double, 4>& d_out) override {
+    if constexpr (HasBackward<B>) {
+      d_out_ = convert_tensor<S>(d_out);
+      Options fwd = opt_;
+      fwd.need_lse = true;
+      fwd.need_weights = false;
+      Workspace ws;
+      forward_ = B::template run<S, P>(in_, fwd, ws);
+      validate_backward(in_, forward_.out, *forward_.lse, d_out_, opt_);
+      last_ = forward_;
+      if (!opt_.need_lse) last_.lse.reset();
+    } else {
+      no_backward();
+    }
+  }
+  void call_backward() override {
+    if constexpr (HasBackward<B>) {
+      if (!forward_.lse) throw Error("call_backward() before prepare_backward()");
+      grads_ = B::template backward<S, P>(in_, Saved<S>{forward_.out, *forward_.lse}, d_out_, opt_, backward_ws_);
+    } else {
+      no_backward();
+    }
+  }
+  void release_backward_workspace() override { backward_ws_ = Workspace{}; }
+  Gradients<double> gradients() const override {
+    return {convert_tensor<double>(grads_.dq), convert_tensor<double>(grads_.dk), convert_tensor<double>(grads_.dv),
+            grads_.dbias, grads_.workspace_bytes};
+  }
+  xt::xtensor<double, 4> rounded_d_out() const override { return convert_tensor<double>(d_out_); }
+
  private:
+  [[noreturn]] static void no_backward() { throw Error("backend '" + std::string(B::name) + "' has no backward pass"); }
+
   Inputs<S> in_;
   Options opt_;
-  Workspace ws_;
-  Result<S> last_;
+  Workspace ws_, backward_ws_;
+  Result<S> last_, forward_;
+  xt::xtensor<S, 4> d_out_;
+  Gradients<S> grads_;
 };
 
 template <AttentionBackend B>
@@ -84,6 +118,17 @@ BackendInfo row_of() {
     });
     return bytes;
   };
+  if constexpr (HasBackward<B>) {
+    row.has_backward = true;
+    row.backward_workspace_bytes = [](const PrecisionInfo& p, Accumulate a, const Shape& s, const Options& opt) {
+      std::size_t bytes = 0;
+      with_storage(p, [&](auto st) {
+        using S = typename decltype(st)::type;
+        with_accumulate(a, [&]<Accumulate P>() { bytes = B::template backward_workspace_bytes<S, P>(s, opt); });
+      });
+      return bytes;
+    };
+  }
   return row;
 }
 

@@ -34,6 +34,7 @@ ErrorStats compare(const xt::xtensor<double, N>& got, const xt::xtensor<double, 
 }
 template ErrorStats compare(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&, double);
 template ErrorStats compare(const xt::xtensor<double, 4>&, const xt::xtensor<double, 4>&, double);
+template ErrorStats compare(const xt::xtensor<double, 2>&, const xt::xtensor<double, 2>&, double);
 
 double max_row_sum_error(const xt::xtensor<double, 4>& w) {
   const std::size_t n_kv = w.shape(3), rows = w.size() / n_kv;
@@ -135,7 +136,112 @@ ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
   return bound;
 }
 
+// The magnitudes the gradient bound needs beyond the forward's: P1's factor
+// max_i ||dO_i||_1, max |dO|, max |Q|, max |K|, the largest column sum of
+// the weights and the largest sum of a weight over batch and heads (fp64
+// weights from one DGEMM per block of query rows, inflated by 1 + 1e-12 to
+// stay upper bounds of the exact sums).
+struct GradientMagnitudes {
+  double a1 = 0, max_do = 0, max_q = 0, max_k = 0, col_sum = 0, head_sum = 0;
+};
+
+GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt) {
+  const Shape sh = in.shape();
+  GradientMagnitudes g;
+  for (double x : in.q) g.max_q = std::max(g.max_q, std::fabs(x));
+  for (double x : in.k) g.max_k = std::max(g.max_k, std::fabs(x));
+  for (double x : d_out) g.max_do = std::max(g.max_do, std::fabs(x));
+  for (std::size_t row = 0; row < d_out.size() / sh.d_v; ++row) {
+    double sum = 0;
+    for (std::size_t l = 0; l < sh.d_v; ++l) sum += std::fabs(d_out.data()[row * sh.d_v + l]);
+    g.a1 = std::max(g.a1, sum);
+  }
+  g.a1 *= 1 + 1e-12;
+  const MaskView mask(opt.mask, sh);
+  const double scale = opt.resolved_scale(sh), inf = std::numeric_limits<double>::infinity();
+  const std::size_t block = std::min<std::size_t>(256, sh.n_q), n_kv = sh.n_kv, d = sh.d_k;
+  std::vector<double> s(block * n_kv), cols(n_kv), heads(opt.need_dbias ? sh.n_q * n_kv : 0);
+  for (std::size_t b = 0; b < sh.batch; ++b)
+    for (std::size_t h = 0; h < sh.heads; ++h) {
+      std::fill(cols.begin(), cols.end(), 0.0);
+      for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
+        const std::size_t rows = std::min(block, sh.n_q - i0);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), scale, &in.q(b, h, i0, 0),
+                    int(d), &in.k(b, h, 0, 0), int(d), 0.0, s.data(), int(n_kv));
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::size_t i = i0 + r;
+          double* p = s.data() + r * n_kv;
+          const auto keys = mask.keys(b, i);
+          double m = -inf;
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            if (j < keys.begin || j >= keys.end) p[j] = -inf;
+            else if (mask.elementwise()) p[j] += mask.offset(i, j);
+            m = std::max(m, p[j]);
+          }
+          if (m == -inf) continue;
+          double sum = 0;
+          for (std::size_t j = 0; j < n_kv; ++j) sum += p[j] = std::exp(p[j] - m);
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            cols[j] += p[j] / sum;
+            if (!heads.empty()) heads[i * n_kv + j] += p[j] / sum;
+          }
+        }
+      }
+      for (double c : cols) g.col_sum = std::max(g.col_sum, c);
+    }
+  for (double x : heads) g.head_sum = std::max(g.head_sum, x);
+  g.col_sum *= 1 + 1e-12;
+  g.head_sum *= 1 + 1e-12;
+  return g;
+}
+
+double max_finite_abs(const auto& t) {
+  double m = 0;
+  for (double x : t)
+    if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+template <class G>
+GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes& gm, const Gradients<double>& truth,
+                                  const Shape& sh, double scale, double u_acc, double u_store, G g) {
+  GradientBound b;
+  b.forward = bound_from(m, u_acc, u_store, g);
+  const ErrorBound& f = b.forward;
+  const double n_kv = double(sh.n_kv), n_q = double(sh.n_q), d_v = double(sh.d_v);
+  const double e_p = std::max(std::expm1(2 * f.score) + g(2 * n_kv + 8), std::expm1(f.score + f.lse) + 2 * u_acc);
+  const double p1 = gm.a1 * m.max_v;
+  const double e_dp = g(d_v) * p1;
+  const double e_d = std::max(gm.a1 * (f.out + g(d_v) * m.max_v), (e_p + g(n_kv)) * p1 + e_dp);
+  b.eps_s = (e_p + g(2)) * 2 * p1 + e_dp + e_d;
+  const double C = gm.col_sum;
+  b.dq = std::fabs(scale) * gm.max_k * (b.eps_s + g(n_kv + 1) * 2 * p1) + u_store * max_finite_abs(truth.dq);
+  b.dk = std::fabs(scale) * gm.max_q * C * (b.eps_s + g(n_q + 1) * 2 * p1) + u_store * max_finite_abs(truth.dk);
+  b.dv = gm.max_do * C * (e_p + g(n_q)) + u_store * max_finite_abs(truth.dv);
+  if (truth.dbias)
+    b.dbias = gm.head_sum * b.eps_s + gamma(double(sh.batch * sh.heads), 0x1p-53) * max_finite_abs(*truth.dbias);
+  return b;
+}
+
 }  // namespace
+
+GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
+                               const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
+                               double failure_probability) {
+  const Shape sh = in.shape();
+  const Magnitudes m = magnitudes(in, opt);
+  const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt);
+  const double scale = opt.resolved_scale(sh);
+  GradientBounds b;
+  b.worst = gradient_bound_from(m, gm, truth, sh, scale, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
+  // One bound per gradient element and per dS entry; sums of at most n + d terms.
+  const double checks = double(sh.batch * sh.heads) * double(sh.n_q + sh.n_kv) * double(sh.d_k + sh.d_v + sh.n_kv);
+  b.lambda = lambda_for(failure_probability, checks, 2 * double(std::max(sh.n_q, sh.n_kv)) + 10 + double(sh.d_k + sh.d_v), u_acc);
+  b.probable = gradient_bound_from(m, gm, truth, sh, scale, u_acc, u_store,
+                                   [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); });
+  b.failure_probability = failure_probability;
+  return b;
+}
 
 ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store) {
   return bound_from(magnitudes(in, opt), u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });

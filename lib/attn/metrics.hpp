@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "attn/problem.hpp"
+#include "attn/backend.hpp"
 
 namespace attn {
 
@@ -80,5 +80,45 @@ struct ErrorBounds {
 };
 ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_acc, double u_store,
                          double failure_probability = 1e-9);
+
+// --- The backward pass ------------------------------------------------------------
+//
+// A first-order, worst-case bound on the gradients (backend.hpp's formulas)
+// computed in u_acc with inputs, dO and gradients in storage of u_store,
+// from the forward's bound above (ds, the weights' and the output's) and
+// these magnitudes of the exact problem: P1 = max_i ||dO_i||_1 max|V|
+// (bounds |dP_ij|, |D_i| and sum_l |dO_il| |v_jl|), C = the largest column
+// sum sum_i P_ij of the weights, H = max_ij sum over batch and heads of P_ij,
+// and the largest exact gradients. Derivation (g(k) = gamma_k(u_acc)):
+//   each recomputed weight, relative: |dp| <= e_p p, e_p = max(expm1(2 ds) +
+//     g(2 n_kv + 8) (the softmax), expm1(ds + lse) + 2 u_acc (from the
+//     saved logsumexp))
+//   dP_ij = dO_i . v_j:  e_dP = g(d_v) P1
+//   D_i from the saved output (|dO| <= out): a1 (out + g(d_v) max|V|), or
+//     as sum_j P_ij dP_ij: (e_p + g(n_kv)) P1 + e_dP; e_D = the larger
+//   dS_ij = P_ij (dP_ij - D_i), |dP - D| <= 2 P1:
+//     |d dS_ij| <= P_ij eps_S, eps_S = (e_p + g(2)) 2 P1 + e_dP + e_D
+//   dQ_i = scale sum_j dS_ij k_j, sum_j P_ij = 1:
+//     dq := |scale| max|K| (eps_S + g(n_kv + 1) 2 P1) + u_store max|dQ|
+//   dK_j = scale sum_i dS_ij q_i, sum_i P_ij <= C:
+//     dk := |scale| max|Q| C (eps_S + g(n_q + 1) 2 P1) + u_store max|dK|
+//   dV_j = sum_i P_ij dO_i:  dv := max|dO| C (e_p + g(n_q)) + u_store max|dV|
+//   d(bias)_ij = sum over batch and heads of dS: dbias := H eps_S +
+//     gamma_{BH}(2^-53) max|d(bias)| (summed in double)
+// Like the forward's, it is worst case; the probabilistic companion
+// replaces each g(k) by min(g(k), gamma~_k(lambda)).
+struct GradientBound {
+  double dq = 0, dk = 0, dv = 0, dbias = 0;
+  double eps_s = 0;  // dS's error per unit weight
+  ErrorBound forward;  // the forward's bound it builds on
+};
+struct GradientBounds {
+  GradientBound worst, probable;
+  double lambda = 0, failure_probability = 0;
+};
+// `truth`: the exact gradients (their magnitudes enter the storage rounding).
+GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
+                               const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
+                               double failure_probability = 1e-9);
 
 }  // namespace attn

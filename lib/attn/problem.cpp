@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <array>
 #include <sstream>
 
 namespace attn {
@@ -126,6 +127,28 @@ void validate(const Inputs<S>& in, const Options& opt) {
   std::visit(check_mask, opt.mask);
 }
 
+template <class S>
+void validate_backward(const Inputs<S>& in, const xt::xtensor<S, 4>& out, const xt::xtensor<double, 3>& lse,
+                       const xt::xtensor<S, 4>& d_out, const Options& opt) {
+  const Shape s = in.shape();
+  const auto shape4 = [](const xt::xtensor<S, 4>& t) {
+    return "[" + std::to_string(t.shape(0)) + ", " + std::to_string(t.shape(1)) + ", " + std::to_string(t.shape(2)) +
+           ", " + std::to_string(t.shape(3)) + "]";
+  };
+  const std::string want = "[" + std::to_string(s.batch) + ", " + std::to_string(s.heads) + ", " +
+                           std::to_string(s.n_q) + ", " + std::to_string(s.d_v) + "]";
+  const std::array<std::size_t, 4> o_shape{s.batch, s.heads, s.n_q, s.d_v};
+  const auto same = [&](const xt::xtensor<S, 4>& t) { return std::equal(o_shape.begin(), o_shape.end(), t.shape().begin()); };
+  if (!same(d_out)) fail("the upstream gradient dO is " + shape4(d_out) + ", expected the output's shape " + want);
+  if (!same(out)) fail("the saved forward output is " + shape4(out) + ", expected " + want);
+  if (lse.shape(0) != s.batch || lse.shape(1) != s.heads || lse.shape(2) != s.n_q)
+    fail("the saved logsumexp is [" + std::to_string(lse.shape(0)) + ", " + std::to_string(lse.shape(1)) + ", " +
+         std::to_string(lse.shape(2)) + "], expected [B, H, n_q]");
+  if (!opt.allow_nonfinite) require_finite(d_out, "dO");
+  if (opt.need_dbias && !std::holds_alternative<mask::AdditiveBias>(opt.mask))
+    fail("d(bias) asked for, but the mask is " + mask_name(opt.mask) + ", not an additive bias");
+}
+
 MaskView::MaskView(const Mask& m, const Shape& s)
     : mask_(&m), diag_(static_cast<std::ptrdiff_t>(s.n_kv) - static_cast<std::ptrdiff_t>(s.n_q)), n_kv_(s.n_kv) {
   if (auto* b = std::get_if<mask::AdditiveBias>(&m)) bias_ = b->bias.data();
@@ -148,7 +171,9 @@ MaskView::Range MaskView::keys(std::size_t b, std::size_t i) const {
 
 #define ATTN_INSTANTIATE(S)                      \
   template struct Inputs<S>;                     \
-  template void validate(const Inputs<S>&, const Options&);
+  template void validate(const Inputs<S>&, const Options&);                                           \
+  template void validate_backward(const Inputs<S>&, const xt::xtensor<S, 4>&, const xt::xtensor<double, 3>&, \
+                                  const xt::xtensor<S, 4>&, const Options&);
 ATTN_FOR_EACH_STORAGE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 

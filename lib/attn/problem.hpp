@@ -37,6 +37,7 @@ struct Options {
   std::size_t block_q = 0;    // query block B_q of blocked backends; 0 = the backend's default
   std::size_t block_k = 0;    // key block B_k of streaming backends; 0 = the backend's default
   std::size_t threads = 1;    // worker threads of backends that thread themselves (streaming); >= 1
+  bool need_dbias = false;    // backward: also return d(bias) of an additive bias mask
 
   double resolved_scale(const Shape& s) const;
 };
@@ -52,6 +53,14 @@ struct Inputs {
 // masks of the wrong shape, non-finite values (unless allowed), bad scale.
 template <class S>
 void validate(const Inputs<S>& in, const Options& opt);
+
+// What the backward pass takes besides the inputs: the upstream gradient dO
+// must be [B, H, n_q, d_v] and finite (unless allowed), the forward's output
+// of that shape and its logsumexp [B, H, n_q]; need_dbias needs an additive
+// bias mask. Throws Error naming what is wrong.
+template <class S>
+void validate_backward(const Inputs<S>& in, const xt::xtensor<S, 4>& out, const xt::xtensor<double, 3>& lse,
+                       const xt::xtensor<S, 4>& d_out, const Options& opt);
 
 // A tensor converted elementwise to another type (rounded to nearest even).
 template <class To, class From, std::size_t N>

@@ -140,6 +140,41 @@ RunReport BackendInfo::run(std::string_view precision, Accumulate acc, const Inp
   return report;
 }
 
+BackwardReport BackendInfo::run_backward(std::string_view precision, Accumulate acc, const Inputs<double>& in,
+                                         const xt::xtensor<double, 4>& d_out, const Options& opt,
+                                         const CallObserver& obs, std::size_t warm_repeats) const {
+  if (!has_backward) throw Error("backend '" + name + "' has no backward pass");
+  const PrecisionInfo& p = precision_info(precision);
+  BackwardReport report;
+  RunReport& fwd = report.forward;
+  fwd.rounded_inputs = rounded_to(p, in);
+  const std::unique_ptr<PreparedCall> call = prepare(p, acc, fwd.rounded_inputs, opt);
+  call->prepare_backward(d_out);
+  fwd.out = call->out();
+  fwd.lse = call->lse();
+  fwd.workspace_bytes = call->workspace_bytes();
+  fwd.u_acc = unit_roundoff(p, acc);
+  fwd.u_store = p.unit_roundoff;
+  fwd.precision = p.name;
+  fwd.accumulate = acc;
+  fwd.traits = traits;
+  report.rounded_d_out = call->rounded_d_out();
+  if (obs.before) obs.before();
+  const auto t0 = std::chrono::steady_clock::now();
+  call->call_backward();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (obs.after) obs.after();
+  report.seconds = std::chrono::duration<double>(t1 - t0).count();
+  report.grads = call->gradients();
+  report.workspace_bytes = report.grads.workspace_bytes;
+  for (std::size_t rep = 0; rep < warm_repeats; ++rep) {
+    const auto w0 = std::chrono::steady_clock::now();
+    call->call_backward();
+    report.warm_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+  }
+  return report;
+}
+
 const std::deque<BackendInfo>& all_backends() { return table().rows; }
 
 const BackendInfo& backend_info(std::string_view name) {

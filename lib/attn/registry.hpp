@@ -70,9 +70,21 @@ class PreparedCall {
   virtual std::optional<xt::xtensor<double, 3>> lse() const = 0;
   virtual std::size_t workspace_bytes() const = 0;  // what the last call took from its workspace
   virtual bool out_finite() const = 0;
+
+  // The backward pass, for backends that have one (BackendInfo::has_backward;
+  // the others throw Error). prepare_backward rounds the upstream gradient
+  // dO to storage and runs the forward once with the logsumexp (outside any
+  // timing), keeping its output and logsumexp; call_backward() is then
+  // exactly one backward call, reusing its own workspace.
+  virtual void prepare_backward(const xt::xtensor<double, 4>& d_out) = 0;
+  virtual void call_backward() = 0;
+  virtual void release_backward_workspace() = 0;
+  virtual Gradients<double> gradients() const = 0;  // the last backward call's, widened to double exactly
+  virtual xt::xtensor<double, 4> rounded_d_out() const = 0;  // dO as the backward saw it
 };
 
 struct BackendInfo;
+struct BackwardReport;
 
 struct RunReport {
   xt::xtensor<double, 4> out;
@@ -100,12 +112,31 @@ struct BackendInfo {
   // The scratch bytes one call takes (the backend's own model).
   std::function<std::size_t(const PrecisionInfo&, Accumulate, const Shape&, const Options&)> workspace_bytes;
 
+  // Whether it has a backward pass, and the scratch bytes of one backward call.
+  bool has_backward = false;
+  std::function<std::size_t(const PrecisionInfo&, Accumulate, const Shape&, const Options&)> backward_workspace_bytes;
+
   // The unit roundoff this backend computes in for storage `p` and policy `a`.
   double unit_roundoff(const PrecisionInfo& p, Accumulate a) const;
   // Rounds, validates, runs once cold (observed and timed), then
   // `warm_repeats` more calls timed into warm_seconds.
   RunReport run(std::string_view precision, Accumulate acc, const Inputs<double>& in, const Options& opt,
                 const CallObserver& obs = {}, std::size_t warm_repeats = 0) const;
+  // The backward pass: rounds, validates, runs the forward once (untimed),
+  // then one cold backward call (observed and timed) and `warm_repeats`
+  // more. Throws Error when the backend has no backward pass.
+  BackwardReport run_backward(std::string_view precision, Accumulate acc, const Inputs<double>& in,
+                              const xt::xtensor<double, 4>& d_out, const Options& opt, const CallObserver& obs = {},
+                              std::size_t warm_repeats = 0) const;
+};
+
+struct BackwardReport {
+  RunReport forward;              // the forward the backward used (its out, lse, rounded inputs; seconds 0)
+  Gradients<double> grads;        // dq, dk, dv (and dbias) widened to double
+  xt::xtensor<double, 4> rounded_d_out;  // dO rounded to storage
+  std::size_t workspace_bytes = 0;
+  double seconds = 0;             // the cold backward call
+  std::vector<double> warm_seconds;
 };
 
 // Every backend: the built-in rows in registry order, then the rows added at run time.

@@ -166,6 +166,81 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
   return c;
 }
 
+GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
+                             double budget) {
+  constexpr double u = 0x1p-53;
+  GradientTruth t;
+  if (2.5 * backends::reference_cost(in.shape()) <= budget) {
+    t.grads = backends::reference_gradients(in, d_out, opt);
+    t.kind = TruthKind::digits50;
+    t.dq_error = u * max_abs(t.grads.dq);
+    t.dk_error = u * max_abs(t.grads.dk);
+    t.dv_error = u * max_abs(t.grads.dv);
+    if (t.grads.dbias) t.dbias_error = u * max_abs(*t.grads.dbias) * double(in.shape().batch * in.shape().heads);
+    return t;
+  }
+  const BackwardReport r = gemm_backend().run_backward("fp64", Accumulate::fp64, in, d_out, opt);
+  t.grads = r.grads;
+  t.kind = TruthKind::fp64_gemm;
+  const GradientBound b = gradient_bounds(in, d_out, t.grads, opt, u, u).worst;
+  t.dq_error = b.dq;
+  t.dk_error = b.dk;
+  t.dv_error = b.dv;
+  t.dbias_error = b.dbias;
+  return t;
+}
+
+GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const GradientTruth& t,
+                              const BackwardReport* baseline) {
+  const RunReport& f = r.forward;
+  GradientCheck c;
+  c.truth = t.kind;
+  const GradientBounds bounds = gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store);
+  c.bound = bounds.worst;
+  c.probable = bounds.probable;
+  c.failure_probability = bounds.failure_probability;
+  const bool is_baseline = f.traits.baseline;
+  BackwardReport own_baseline;
+  if (!is_baseline && !baseline) {
+    own_baseline = baseline_backend().run_backward(f.precision, f.accumulate, f.rounded_inputs, r.rounded_d_out, opt);
+    baseline = &own_baseline;
+  }
+  const double s = c.bound.forward.score_magnitude;
+  auto part = [&](std::string_view name, const auto& got, const auto& truth, double worst, double probable,
+                  double truth_error, const auto* base) {
+    GradientCheck::Part p;
+    p.name = name;
+    p.error = compare(got, truth, f.u_store);
+    p.tolerance = worst + truth_error;
+    p.informative = worst < max_abs(truth);
+    const double floor = 2 * (f.u_acc * (1 + s) + f.u_store) * max_abs(truth);
+    double rule = INFINITY;
+    if (base) {
+      p.baseline_error = compare(*base, truth, f.u_store).max_abs;
+      rule = 2 * p.baseline_error + floor;
+    }
+    p.tight_tolerance = std::min(probable + truth_error, rule);
+    const bool finite = p.error.all_finite_where_ref_finite;
+    c.within = c.within && finite && p.error.max_abs <= p.tolerance;
+    c.tight_within = c.tight_within && finite && p.error.max_abs <= p.tight_tolerance;
+    c.parts.push_back(p);
+  };
+  const Gradients<double>* b = baseline ? &baseline->grads : nullptr;
+  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, b ? &b->dq : nullptr);
+  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, b ? &b->dk : nullptr);
+  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, b ? &b->dv : nullptr);
+  if (r.grads.dbias && t.grads.dbias)
+    part("dbias", *r.grads.dbias, *t.grads.dbias, c.bound.dbias, c.probable.dbias, t.dbias_error,
+         b && b->dbias ? &*b->dbias : nullptr);
+  else if (opt.need_dbias)
+    c.within = c.tight_within = false;  // asked for and not returned
+  return c;
+}
+
+GradientCheck verify_backward(const BackwardReport& r, const Options& opt, double budget) {
+  return verify_backward(r, opt, gradient_truth(r.forward.rounded_inputs, r.rounded_d_out, opt, budget));
+}
+
 Check verify(const RunReport& r, const Options& opt, double budget) {
   return verify(r, opt, ground_truth(r.rounded_inputs, opt, r.u_store, budget));
 }

@@ -6,6 +6,7 @@
 
 #include <limits>
 #include <string_view>
+#include <vector>
 
 #include "attn/backends/reference.hpp"
 #include "attn/metrics.hpp"
@@ -90,5 +91,42 @@ struct Check {
 Check verify(const RunReport& r, const Options& opt, const GroundTruth& truth, const RunReport* baseline = nullptr);
 // The same with ground_truth(r.rounded_inputs, opt, r.u_store, budget).
 Check verify(const RunReport& r, const Options& opt, double budget = backends::reference_budget);
+
+// --- The backward pass ------------------------------------------------------------
+
+// The gradients' truth for a backward check: the 50-digit reference
+// (reference_gradients) while 2.5 reference_cost <= budget; beyond, the GEMM
+// backend's backward in fp64, with its own worst-case fp64 bound as its error.
+struct GradientTruth {
+  Gradients<double> grads;
+  TruthKind kind = TruthKind::digits50;
+  double dq_error = 0, dk_error = 0, dv_error = 0, dbias_error = 0;  // |truth - exact|
+};
+GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
+                             double budget = backends::reference_budget);
+
+// A backward result against the truth, verdicts as verify()'s: `within` the
+// worst-case gradient bound (metrics.hpp) plus the truth's error; the tight
+// verdict within BOTH the probabilistic bound plus the truth's error and
+// 2x the baseline backend's error (same inputs, dO, precision, policy) plus
+// a floor 2 (u_acc (1 + s) + u_store) max|truth|, for each gradient; every
+// gradient finite where the truth is.
+struct GradientCheck {
+  TruthKind truth = TruthKind::digits50;
+  struct Part {
+    std::string_view name;  // dq, dk, dv, dbias
+    ErrorStats error;
+    double tolerance = 0, tight_tolerance = 0;
+    double baseline_error = std::numeric_limits<double>::quiet_NaN();
+    bool informative = true;  // the worst-case tolerance below max|truth| (a 100% error)
+  };
+  std::vector<Part> parts;  // dq, dk, dv (and dbias when returned)
+  GradientBound bound, probable;
+  double failure_probability = 0;
+  bool within = true, tight_within = true;
+};
+GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const GradientTruth& truth,
+                              const BackwardReport* baseline = nullptr);
+GradientCheck verify_backward(const BackwardReport& r, const Options& opt, double budget = backends::reference_budget);
 
 }  // namespace attn

@@ -31,9 +31,26 @@ void pv_tile(const A* p, const A* v, A* o, std::size_t rows, std::size_t k, std:
   }
 }
 
+template <class A>
+void gemm_tn(const A* x, const A* y, A* c, std::size_t m, std::size_t n, std::size_t k, A alpha, bool add) {
+  if constexpr (is_native_float<A>) {
+    auto out = matrix(c, m, n);
+    xt::blas::gemm(matrix(x, k, m), matrix(y, k, n), out, true, false, alpha, add ? A(1) : A(0));
+  } else {
+    const A zero = convert<A>(0.0);
+    for (std::size_t r = 0; r < m; ++r)
+      for (std::size_t col = 0; col < n; ++col) {
+        A sum = zero;
+        for (std::size_t l = 0; l < k; ++l) sum += x[l * m + r] * y[l * n + col];
+        c[r * n + col] = add ? A(c[r * n + col] + A(alpha * sum)) : A(alpha * sum);
+      }
+  }
+}
+
 #define ATTN_INSTANTIATE(A)                                                                      \
   template void scores_tile(const A*, const A*, A*, std::size_t, std::size_t, std::size_t, A); \
-  template void pv_tile(const A*, const A*, A*, std::size_t, std::size_t, std::size_t, bool);
+  template void pv_tile(const A*, const A*, A*, std::size_t, std::size_t, std::size_t, bool); \
+  template void gemm_tn(const A*, const A*, A*, std::size_t, std::size_t, std::size_t, A, bool);
 ATTN_FOR_EACH_STORAGE(ATTN_INSTANTIATE)
 #undef ATTN_INSTANTIATE
 

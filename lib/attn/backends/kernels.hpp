@@ -32,6 +32,19 @@ Result<S> allocate_result(std::string_view backend, const Shape& sh, const Optio
   return r;
 }
 
+// The Gradients a backward pass fills: dq, dk, dv of the inputs' shapes
+// (uninitialised), dbias [n_q, n_kv] zeroed when asked for.
+template <class S>
+Gradients<S> allocate_gradients(const Shape& sh, const Options& opt, std::size_t workspace_bytes) {
+  Gradients<S> g;
+  g.dq = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, sh.n_q, sh.d_k});
+  g.dk = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, sh.n_kv, sh.d_k});
+  g.dv = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, sh.n_kv, sh.d_v});
+  if (opt.need_dbias) g.dbias = xt::xtensor<double, 2>(std::array<std::size_t, 2>{sh.n_q, sh.n_kv}, 0.0);
+  g.workspace_bytes = workspace_bytes;
+  return g;
+}
+
 // Keys [begin, end) that at least one of queries i0 .. i0 + rows (batch b) may
 // see; every key outside is masked for all of them. Empty: begin = end = 0.
 inline MaskView::Range block_keys(const MaskView& mask, std::size_t b, std::size_t i0, std::size_t rows,
@@ -108,6 +121,29 @@ void scores_tile(const A* x, const A* y, A* c, std::size_t rows, std::size_t col
 // `add` keeps what o holds. GEMM when A is float or double, loops otherwise.
 template <class A>
 void pv_tile(const A* p, const A* v, A* o, std::size_t rows, std::size_t k, std::size_t d_v, bool add);
+
+// c[m, n] (+)= alpha x^T y, x: [k, m], y: [k, n], c: [m, n] (the backward
+// pass's dV = P^T dO and dK = dS^T Q of a slab). GEMM when A is float or
+// double; otherwise loops over k in order, rounding every operation to A.
+template <class A>
+void gemm_tn(const A* x, const A* y, A* c, std::size_t m, std::size_t n, std::size_t k, A alpha, bool add);
+
+// t[c, r] = x[r, c] for x [rows, cols] (a tile, so the backward's products
+// with P^T and dS^T run on the same kernels as the forward's).
+template <class A>
+void transpose(const A* x, std::size_t rows, std::size_t cols, A* t) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+}
+
+// sum_l x_l y_l over n values, each operation rounded to A in order (x, y
+// may be storage values): the D_i = dO_i . O_i of the backward pass.
+template <class A, class X, class Y>
+A dot_loops(const X* x, const Y* y, std::size_t n) {
+  A sum = convert<A>(0.0);
+  for (std::size_t l = 0; l < n; ++l) sum += convert<A>(x[l]) * convert<A>(y[l]);
+  return sum;
+}
 
 // Masks the scores s[0, cols) of query i (batch b) for keys j0 .. j0 + cols:
 // keys outside the row's visible range become -inf, visible keys get the

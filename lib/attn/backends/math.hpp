@@ -19,6 +19,13 @@ struct Math {
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
+
+  // The slab backward (slab_kernel.hpp): P recomputed with one GEMM per slab.
+  template <class S, Accumulate P>
+  static Gradients<S> backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
+                               const Options& opt, Workspace& ws);
+  template <class S, Accumulate P>
+  static std::size_t backward_workspace_bytes(const Shape& s, const Options& opt);
 };
 
 }  // namespace attn::backends

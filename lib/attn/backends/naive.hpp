@@ -17,6 +17,13 @@ struct Naive {
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
+
+  // The explicit formulas (naive_kernel.hpp); the saved forward state is not used.
+  template <class S, Accumulate P>
+  static Gradients<S> backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
+                               const Options& opt, Workspace& ws);
+  template <class S, Accumulate P>
+  static std::size_t backward_workspace_bytes(const Shape& s, const Options& opt);
 };
 
 }  // namespace attn::backends

@@ -88,4 +88,93 @@ Result<S> naive_attention(const Inputs<S>& in, const Options& opt, Workspace& ws
   return r;
 }
 
+// The backward pass by the explicit formulas of backend.hpp, per head, every
+// operation rounded to A in order: P recomputed by the exact softmax (the
+// forward's saved state is not used), dP = dO V^T, D_i = sum_j P_ij dP_ij
+// (the softmax's own derivative, as autograd of the textbook algorithm
+// computes it), dS = P o (dP - D), then dQ, dK, dV as sums over keys and
+// queries in index order. Holds P and dS of one head: O(n_q n_kv).
+template <class A>
+std::size_t naive_backward_workspace_bytes(const Shape& s) {
+  return 2 * piece_bytes<A>(s.n_q * s.n_kv) + piece_bytes<A>(s.n_kv * s.d_k) + piece_bytes<A>(s.n_kv * s.d_v) +
+         piece_bytes<A>(s.d_k);
+}
+
+// Which gradient a value belongs to, for naive_backward_into's sink.
+enum class Grad { dq, dk, dv, dbias };
+
+// Computes the gradients and hands each value, unrounded, to
+// sink(Grad, b, h, row, col, value) (d(bias): once per head, b and h of the
+// head): naive_backward rounds them to storage, the 50-digit reference's
+// own check (reference_exact.hpp) keeps all 50 digits.
+template <class S, class A, class Sink>
+void naive_backward_into(const Inputs<S>& in, const xt::xtensor<S, 4>& d_out, const Options& opt, Workspace& ws,
+                         std::string_view backend, Sink&& sink) {
+  const Shape sh = in.shape();
+  const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
+  const std::size_t bytes = naive_backward_workspace_bytes<A>(sh);
+  check_workspace(backend, "the n_q x n_kv weights and their gradient of one head", bytes);
+  Arena arena(ws, std::is_trivially_copyable_v<A> ? bytes : 0);
+  Scratch<A> probs(arena, n_q * n_kv), grads(arena, n_q * n_kv), dk(arena, n_kv * d_k), dv(arena, n_kv * d_v),
+      dq_row(arena, d_k);
+
+  const MaskView mask(opt.mask, sh);
+  const A scale = convert<A>(opt.resolved_scale(sh)), zero = convert<A>(0.0);
+  for (std::size_t b = 0; b < sh.batch; ++b) {
+    for (std::size_t h = 0; h < sh.heads; ++h) {
+      const S* q = &in.q(b, h, 0, 0);
+      const S* k = &in.k(b, h, 0, 0);
+      const S* v = &in.v(b, h, 0, 0);
+      const S* d_o = &d_out(b, h, 0, 0);
+      std::fill(dk.data(), dk.data() + n_kv * d_k, zero);
+      std::fill(dv.data(), dv.data() + n_kv * d_v, zero);
+      for (std::size_t i = 0; i < n_q; ++i) {
+        // P_i = softmax(scale q_i K^T + mask_i)
+        A* p_i = probs.data() + i * n_kv;
+        const auto keys = mask.keys(b, i);
+        std::fill(p_i, p_i + n_kv, zero);
+        scores_loops<A, S>(q + i * d_k, k + keys.begin * d_k, p_i + keys.begin, 1, keys.size(), d_k, scale);
+        mask_row(p_i, mask, b, i, 0, n_kv);
+        softmax_row(p_i, n_kv);
+        // dP_i = dO_i V^T;  D_i = sum_j P_ij dP_ij;  dS_i = P_i o (dP_i - D_i)
+        A* ds_i = grads.data() + i * n_kv;
+        scores_loops<A, S>(d_o + i * d_v, v, ds_i, 1, n_kv, d_v, convert<A>(1.0));
+        A d_i = zero;
+        for (std::size_t j = 0; j < n_kv; ++j) d_i += p_i[j] * ds_i[j];
+        for (std::size_t j = 0; j < n_kv; ++j) ds_i[j] = p_i[j] * (ds_i[j] - d_i);
+        if (opt.need_dbias)
+          for (std::size_t j = 0; j < n_kv; ++j) sink(Grad::dbias, b, h, i, j, ds_i[j]);
+        // dQ_i = scale sum_j dS_ij k_j
+        pv_loops<A, S>(ds_i, k, dq_row.data(), 1, n_kv, d_k, false);
+        for (std::size_t c = 0; c < d_k; ++c) sink(Grad::dq, b, h, i, c, A(scale * dq_row.data()[c]));
+        // dV_j += P_ij dO_i;  dK_j += dS_ij q_i (queries in index order)
+        for (std::size_t j = 0; j < n_kv; ++j) {
+          for (std::size_t c = 0; c < d_v; ++c) dv.data()[j * d_v + c] += p_i[j] * convert<A>(d_o[i * d_v + c]);
+          for (std::size_t c = 0; c < d_k; ++c) dk.data()[j * d_k + c] += ds_i[j] * convert<A>(q[i * d_k + c]);
+        }
+      }
+      for (std::size_t j = 0; j < n_kv; ++j) {
+        for (std::size_t c = 0; c < d_k; ++c) sink(Grad::dk, b, h, j, c, A(scale * dk.data()[j * d_k + c]));
+        for (std::size_t c = 0; c < d_v; ++c) sink(Grad::dv, b, h, j, c, dv.data()[j * d_v + c]);
+      }
+    }
+  }
+}
+
+template <class S, class A>
+Gradients<S> naive_backward(const Inputs<S>& in, const xt::xtensor<S, 4>& d_out, const Options& opt, Workspace& ws,
+                            std::string_view backend) {
+  Gradients<S> g = allocate_gradients<S>(in.shape(), opt, naive_backward_workspace_bytes<A>(in.shape()));
+  naive_backward_into<S, A>(in, d_out, opt, ws, backend,
+                            [&](Grad which, std::size_t b, std::size_t h, std::size_t row, std::size_t col, const A& x) {
+                              switch (which) {
+                                case Grad::dq: g.dq(b, h, row, col) = convert<S>(x); break;
+                                case Grad::dk: g.dk(b, h, row, col) = convert<S>(x); break;
+                                case Grad::dv: g.dv(b, h, row, col) = convert<S>(x); break;
+                                case Grad::dbias: (*g.dbias)(row, col) += convert<double>(x); break;
+                              }
+                            });
+  return g;
+}
+
 }  // namespace attn::detail

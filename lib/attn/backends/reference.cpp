@@ -1,6 +1,6 @@
 #include "attn/backends/reference.hpp"
 
-#include <boost/multiprecision/cpp_bin_float.hpp>
+#include "attn/backends/reference_exact.hpp"
 
 #include "attn/backends/naive_kernel.hpp"
 #include "attn/double_double.hpp"
@@ -8,7 +8,6 @@
 
 namespace attn::backends {
 
-using exact_t = boost::multiprecision::cpp_bin_float_50;
 
 template <class S, Accumulate P>
 Result<S> Reference::run(const Inputs<S>& in, const Options& opt, Workspace& ws) {
@@ -34,10 +33,45 @@ Result<double> compensated_reference_attention(const Inputs<double>& in, const O
   return detail::naive_attention<double, dd>(in, all, ws, "compensated reference");
 }
 
+template <class S, Accumulate P>
+Gradients<S> Reference::backward(const Inputs<S>& in, const Saved<S>&, const xt::xtensor<S, 4>& d_out,
+                                 const Options& opt, Workspace& ws) {
+  return detail::naive_backward<S, exact_t>(in, d_out, opt, ws, name);
+}
+
+template <class S, Accumulate P>
+std::size_t Reference::backward_workspace_bytes(const Shape& s, const Options&) {
+  return detail::naive_backward_workspace_bytes<exact_t>(s);
+}
+
+Gradients<double> reference_gradients(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
+                                      const Options& opt) {
+  Workspace ws;
+  return detail::naive_backward<double, exact_t>(in, d_out, opt, ws, Reference::name);
+}
+
+exact_t reference_gradient_dot(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
+                               const Inputs<double>& direction) {
+  Workspace ws;
+  exact_t sum = 0;
+  detail::naive_backward_into<double, exact_t>(
+      in, d_out, opt, ws, Reference::name,
+      [&](detail::Grad which, std::size_t b, std::size_t h, std::size_t row, std::size_t col, const exact_t& x) {
+        switch (which) {
+          case detail::Grad::dq: sum += x * exact_t(direction.q(b, h, row, col)); break;
+          case detail::Grad::dk: sum += x * exact_t(direction.k(b, h, row, col)); break;
+          case detail::Grad::dv: sum += x * exact_t(direction.v(b, h, row, col)); break;
+          case detail::Grad::dbias: break;
+        }
+      });
+  return sum;
+}
+
 double reference_cost(const Shape& s) {
   return double(s.batch * s.heads * s.n_q * s.n_kv) * double(s.d_k + s.d_v + 100);
 }
 
 ATTN_INSTANTIATE_BACKEND(Reference)
+ATTN_INSTANTIATE_BACKWARD(Reference)
 
 }  // namespace attn::backends

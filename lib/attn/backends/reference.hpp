@@ -19,6 +19,13 @@ struct Reference {
   static Result<S> run(const Inputs<S>& in, const Options& opt, Workspace& ws);
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
+
+  // The naive backward (naive_kernel.hpp) in 50 digits, rounded once per value.
+  template <class S, Accumulate P>
+  static Gradients<S> backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
+                               const Options& opt, Workspace& ws);
+  template <class S, Accumulate P>
+  static std::size_t backward_workspace_bytes(const Shape& s, const Options& opt);
 };
 
 // The exact attention of the given (already rounded) inputs, rounded once
@@ -30,6 +37,12 @@ Result<double> reference_attention(const Inputs<double>& in, const Options& opt)
 // accurate to a few units of double rounding at any n, about 20x cheaper
 // than 50 digits. Always returns weights and logsumexp.
 Result<double> compensated_reference_attention(const Inputs<double>& in, const Options& opt);
+
+// The exact gradients of the given (already rounded) inputs and upstream
+// gradient, rounded once to double (d(bias): per head, then summed over
+// batch and heads in double): the ground truth of every backward check.
+Gradients<double> reference_gradients(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
+                                      const Options& opt);
 
 // What the 50-digit reference costs, in multiply-add equivalents (an exp is
 // about 100): B H n_q n_kv (d_k + d_v + 100); about 1 us each here.

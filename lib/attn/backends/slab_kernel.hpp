@@ -107,4 +107,92 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
   return r;
 }
 
+// The backward pass over the same slabs (backend.hpp's formulas), per head:
+//   for each slab of rows i0 .. i0 + B_q (keys [lo, hi) any row of it sees):
+//     P = softmax(Q_slab K^T * scale + mask), recomputed exactly with one
+//         GEMM (the forward does not keep it; the saved logsumexp is not needed)
+//     dP = dO_slab V^T (GEMM);  D_i = dO_i . O_i (the saved output);  dS = P o (dP - D)
+//     dQ_slab = scale dS K (GEMM);  dV += P^T dO_slab;  dK += dS^T Q_slab (GEMMs, transposed)
+// dK and dV accumulate over the slabs in order, in A, and are scaled and
+// rounded to storage once at the end: O(B_q n_kv + n_kv (d_k + d_v)) scratch.
+template <class S, class A>
+std::size_t slab_backward_workspace_bytes(const Shape& s, std::size_t block_q) {
+  const std::size_t b_q = std::min(block_q, s.n_q);
+  return 2 * piece_bytes<A>(b_q * s.n_kv) + piece_bytes<A>(s.n_kv * s.d_k) + piece_bytes<A>(s.n_kv * s.d_v) +
+         piece_bytes<A>(b_q * s.d_k) + piece_bytes<A>(widen_count<A, S>(b_q * s.d_k)) +
+         piece_bytes<A>(widen_count<A, S>(b_q * s.d_v)) + piece_bytes<A>(widen_count<A, S>(s.n_kv * s.d_k)) +
+         piece_bytes<A>(widen_count<A, S>(s.n_kv * s.d_v));
+}
+
+template <class S, class A>
+Gradients<S> slab_backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
+                           const Options& opt, Workspace& ws, std::size_t block_q, std::string_view backend) {
+  const Shape sh = in.shape();
+  const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
+  const std::size_t b_q = std::min(block_q, n_q);
+  const std::size_t bytes = slab_backward_workspace_bytes<S, A>(sh, block_q);
+  check_workspace(backend, "two B_q x n_kv slabs (P, dS) and the dK, dV accumulators", bytes);
+  Arena arena(ws, bytes);
+  A* probs = arena.take<A>(b_q * n_kv);
+  A* grads = arena.take<A>(b_q * n_kv);  // dP, then dS
+  A* dk_acc = arena.take<A>(n_kv * d_k);
+  A* dv_acc = arena.take<A>(n_kv * d_v);
+  A* dq_slab = arena.take<A>(b_q * d_k);
+  A* q_buf = arena.take<A>(widen_count<A, S>(b_q * d_k));
+  A* do_buf = arena.take<A>(widen_count<A, S>(b_q * d_v));
+  A* k_buf = arena.take<A>(widen_count<A, S>(n_kv * d_k));
+  A* v_buf = arena.take<A>(widen_count<A, S>(n_kv * d_v));
+
+  Gradients<S> g = allocate_gradients<S>(sh, opt, bytes);
+  const MaskView mask(opt.mask, sh);
+  const A scale = convert<A>(opt.resolved_scale(sh)), zero = convert<A>(0.0), one = convert<A>(1.0);
+
+  for (std::size_t b = 0; b < sh.batch; ++b) {
+    for (std::size_t h = 0; h < sh.heads; ++h) {
+      const A* k = as_accumulate(&in.k(b, h, 0, 0), n_kv * d_k, k_buf);
+      const A* v = as_accumulate(&in.v(b, h, 0, 0), n_kv * d_v, v_buf);
+      std::fill(dk_acc, dk_acc + n_kv * d_k, zero);
+      std::fill(dv_acc, dv_acc + n_kv * d_v, zero);
+      for (std::size_t i0 = 0; i0 < n_q; i0 += b_q) {
+        const std::size_t rows = std::min(b_q, n_q - i0);
+        const auto [lo, hi] = block_keys(mask, b, i0, rows, n_kv);
+        const std::size_t cols = hi - lo;
+        const A* q = as_accumulate(&in.q(b, h, i0, 0), rows * d_k, q_buf);
+        const A* d_o = as_accumulate(&d_out(b, h, i0, 0), rows * d_v, do_buf);
+        if (cols == 0) {  // no row of the slab sees a key: dQ_slab = 0, nothing for dK, dV
+          std::fill(dq_slab, dq_slab + rows * d_k, zero);
+        } else {
+          // P = softmax(Q_slab K[lo:hi]^T * scale + mask);  dP = dO_slab V[lo:hi]^T
+          scores_tile<A>(q, k + lo * d_k, probs, rows, cols, d_k, scale);
+          scores_tile<A>(d_o, v + lo * d_v, grads, rows, cols, d_v, one);
+          for (std::size_t r_ = 0; r_ < rows; ++r_) {
+            const std::size_t i = i0 + r_;
+            A* p_i = probs + r_ * cols;
+            A* ds_i = grads + r_ * cols;
+            const auto keys = mask.keys(b, i);
+            if (mask.elementwise() || keys.begin > lo || keys.end < hi) mask_row(p_i, mask, b, i, lo, cols);
+            softmax_row(p_i, cols, /*simd=*/true);
+            // D_i = dO_i . O_i;  dS_i = P_i o (dP_i - D_i)
+            const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
+            for (std::size_t c = 0; c < cols; ++c) ds_i[c] = p_i[c] * (ds_i[c] - d_i);
+            if (g.dbias)
+              for (std::size_t c = 0; c < cols; ++c) (*g.dbias)(i, lo + c) += convert<double>(ds_i[c]);
+          }
+          // dQ_slab = dS K[lo:hi] (scaled below);  dV[lo:hi] += P^T dO_slab;  dK[lo:hi] += dS^T Q_slab
+          pv_tile<A>(grads, k + lo * d_k, dq_slab, rows, cols, d_k, false);
+          gemm_tn<A>(probs, d_o, dv_acc + lo * d_v, cols, d_v, rows, one, true);
+          gemm_tn<A>(grads, q, dk_acc + lo * d_k, cols, d_k, rows, one, true);
+        }
+        S* dq = &g.dq(b, h, i0, 0);
+        for (std::size_t x = 0; x < rows * d_k; ++x) dq[x] = convert<S>(A(scale * dq_slab[x]));
+      }
+      S* dk = &g.dk(b, h, 0, 0);
+      S* dv = &g.dv(b, h, 0, 0);
+      for (std::size_t x = 0; x < n_kv * d_k; ++x) dk[x] = convert<S>(A(scale * dk_acc[x]));
+      for (std::size_t x = 0; x < n_kv * d_v; ++x) dv[x] = convert<S>(dv_acc[x]);
+    }
+  }
+  return g;
+}
+
 }  // namespace attn::detail

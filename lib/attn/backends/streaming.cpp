@@ -240,6 +240,169 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   return r;
 }
 
+// --- The backward pass (FlashAttention-2, Dao 2023, algorithm 2) -----------
+//
+// Per (batch, head), one worker, key blocks outer and query blocks inner:
+//   for each key block K_j, V_j (B_k keys; packed once):
+//     dK_j = dV_j = 0 (tile accumulators)
+//     for each query block i whose rows see any key of j (rows [first, last)):
+//       S = scale Q_i K_j^T + mask;  P = exp(S - lse_i)   (lse saved by the forward)
+//       dP = dO_i V_j^T;  D_i = dO_i . O_i;  dS = P o (dP - D_i)
+//       dQ_i += dS K_j;  dV_j += P^T dO_i;  dK_j += dS^T Q_i  (P^T, dS^T transposed tiles)
+//     dK_j = scale dK_j, dV_j -> storage
+//   dQ = scale dQ -> storage
+// All five products run on the forward's tiles (the micro-kernel for fp32
+// accumulation, with every B operand packed in its column panels), and P on
+// its vectorised exp. A head is one work item, done by one worker in a fixed
+// order, so the result is bitwise independent of the thread count and of
+// scheduling: no reduction across workers at all (the price: no parallelism
+// inside one head; B H work items). dQ accumulates in the output itself when
+// the storage is the accumulation type, otherwise in one n_q x d_k buffer
+// per worker in the accumulation type (the size of the gradient itself).
+// D_i is recomputed per tile (rows x d_v operations against the tile's
+// rows x B_k x (2 d_k + 3 d_v)), so nothing else grows with n.
+
+template <class S, class A>
+std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b_c) {
+  using T = Tiles<S, A>;
+  return 3 * piece_bytes<A>(b_r * b_c) + piece_bytes<A>(b_c * s.d_k) + piece_bytes<A>(b_c * s.d_v) +
+         piece_bytes<A>(T::k_count(b_c, s.d_k)) + piece_bytes<A>(T::k_count(b_c, s.d_v)) +
+         piece_bytes<A>(T::v_count(b_c, s.d_k)) + piece_bytes<A>(T::v_count(b_r, s.d_k)) +
+         piece_bytes<A>(T::v_count(b_r, s.d_v)) + piece_bytes<A>(widen_count<A, S>(b_r * s.d_k)) +
+         piece_bytes<A>(widen_count<A, S>(b_r * s.d_v)) + 2 * piece_bytes<A>(b_r) +
+         piece_bytes<A>(widen_count<A, S>(s.n_q * s.d_k));
+}
+
+std::size_t backward_workers(const Shape& s, const Options& opt) {
+  return std::max<std::size_t>(1, std::min(opt.threads, s.batch * s.heads));
+}
+
+template <class S, class A>
+std::size_t streaming_backward_bytes(const Shape& s, const Options& opt, std::size_t block_q, std::size_t block_k) {
+  const std::size_t b_r = std::min(block_q, s.n_q), b_c = std::min(block_k, s.n_kv);
+  return backward_worker_bytes<S, A>(s, b_r, b_c) * backward_workers(s, opt);
+}
+
+template <class S, class A>
+Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
+                                const Options& opt, Workspace& ws) {
+  using namespace detail;
+  using T = Tiles<S, A>;
+  const Shape sh = in.shape();
+  const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
+  const std::size_t B_r = std::min(Streaming::block_q(opt), n_q), B_c = std::min(Streaming::block_k(opt), n_kv);
+  const std::size_t bytes = streaming_backward_bytes<S, A>(sh, opt, B_r, B_c);
+  check_workspace(Streaming::name, "the backward's B_q x B_k tiles per thread", bytes);
+  if (opt.need_dbias)
+    check_workspace(Streaming::name, "d(bias) per head before its sum over heads (double)",
+                    sh.batch * sh.heads * n_q * n_kv * sizeof(double));
+  const std::size_t n_workers = backward_workers(sh, opt);
+  struct Scratch {
+    A *P, *dS, *T_ij, *dK_j, *dV_j, *K_keys, *V_keys, *K_vals, *Q_vals, *dO_vals, *q_buf, *do_buf, *lse, *D, *dq_acc;
+  };
+  Arena arena(ws, bytes);
+  std::vector<Scratch> scratch(n_workers);
+  for (auto& w : scratch) {
+    w.P = arena.take<A>(B_r * B_c);      // P of the tile
+    w.dS = arena.take<A>(B_r * B_c);     // dP, then dS
+    w.T_ij = arena.take<A>(B_r * B_c);   // P^T, then dS^T
+    w.dK_j = arena.take<A>(B_c * d_k);
+    w.dV_j = arena.take<A>(B_c * d_v);
+    w.K_keys = arena.take<A>(T::k_count(B_c, d_k));  // K_j as the B of S = Q K^T
+    w.V_keys = arena.take<A>(T::k_count(B_c, d_v));  // V_j as the B of dP = dO V^T
+    w.K_vals = arena.take<A>(T::v_count(B_c, d_k));  // K_j as the B of dQ += dS K
+    w.Q_vals = arena.take<A>(T::v_count(B_r, d_k));  // Q_i as the B of dK += dS^T Q
+    w.dO_vals = arena.take<A>(T::v_count(B_r, d_v));  // dO_i as the B of dV += P^T dO
+    w.q_buf = arena.take<A>(widen_count<A, S>(B_r * d_k));
+    w.do_buf = arena.take<A>(widen_count<A, S>(B_r * d_v));
+    w.lse = arena.take<A>(B_r);
+    w.D = arena.take<A>(B_r);
+    w.dq_acc = arena.take<A>(widen_count<A, S>(n_q * d_k));
+  }
+  Gradients<S> g = allocate_gradients<S>(sh, opt, bytes);
+  std::optional<xt::xtensor<double, 4>> ds_heads;  // dS of every head, summed over heads in order at the end
+  if (opt.need_dbias) ds_heads = xt::xtensor<double, 4>(std::array<std::size_t, 4>{sh.batch, sh.heads, n_q, n_kv}, 0.0);
+
+  const MaskView mask(opt.mask, sh);
+  const A scale = convert<A>(opt.resolved_scale(sh)), zero = convert<A>(0.0), one = convert<A>(1.0);
+  const A minus_inf = neg_infinity<A>();
+
+  auto head = [&](std::size_t item, std::size_t worker) {
+    const Scratch& w = scratch[worker];
+    const std::size_t b = item / sh.heads, h = item % sh.heads;
+    A* dq = nullptr;
+    if constexpr (std::is_same_v<S, A>) dq = &g.dq(b, h, 0, 0);
+    else dq = w.dq_acc;
+    std::fill(dq, dq + n_q * d_k, zero);
+
+    for (std::size_t j0 = 0; j0 < n_kv; j0 += B_c) {
+      const std::size_t cols = std::min(B_c, n_kv - j0);
+      const A* K_keys = T::load_k(&in.k(b, h, j0, 0), cols, d_k, w.K_keys);
+      const A* V_keys = T::load_k(&in.v(b, h, j0, 0), cols, d_v, w.V_keys);
+      const A* K_vals = T::load_v(&in.k(b, h, j0, 0), cols, d_k, w.K_vals);
+      std::fill(w.dK_j, w.dK_j + cols * d_k, zero);
+      std::fill(w.dV_j, w.dV_j + cols * d_v, zero);
+
+      for (std::size_t i0 = 0; i0 < n_q; i0 += B_r) {
+        // Rows [first, last) of the query block that see any key of the tile.
+        std::size_t first = B_r, last = 0;
+        for (std::size_t r_ = 0; r_ < std::min(B_r, n_q - i0); ++r_) {
+          const auto keys = mask.keys(b, i0 + r_);
+          if (keys.begin < j0 + cols && keys.end > j0 && keys.size() > 0) {
+            first = std::min(first, r_);
+            last = r_ + 1;
+          }
+        }
+        if (first >= last) continue;
+        const std::size_t r0 = i0 + first, rows = last - first;
+        const A* Q_i = as_accumulate(&in.q(b, h, r0, 0), rows * d_k, w.q_buf);
+        const A* dO_i = as_accumulate(&d_out(b, h, r0, 0), rows * d_v, w.do_buf);
+
+        // S = scale Q_i K_j^T + mask;  P = exp(S - lse_i), 0 on a fully masked row
+        T::scores(Q_i, K_keys, w.P, rows, cols, d_k, scale);
+        // dP = dO_i V_j^T
+        T::scores(dO_i, V_keys, w.dS, rows, cols, d_v, one);
+        for (std::size_t r_ = 0; r_ < rows; ++r_) {
+          const std::size_t i = r0 + r_;
+          A* p = w.P + r_ * cols;
+          A* ds = w.dS + r_ * cols;
+          const auto keys = mask.keys(b, i);
+          if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row(p, mask, b, i, j0, cols);
+          const A lse = convert<A>(saved.lse(b, h, i));
+          if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);
+          else std::fill(p, p + cols, zero);
+          // D_i = dO_i . O_i;  dS = P o (dP - D_i)
+          const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
+          for (std::size_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - d_i);
+          if (ds_heads)
+            for (std::size_t c = 0; c < cols; ++c) (*ds_heads)(b, h, i, j0 + c) = convert<double>(ds[c]);
+        }
+        // dQ_i += dS K_j
+        T::pv(w.dS, K_vals, dq + r0 * d_k, rows, cols, d_k);
+        // dV_j += P^T dO_i
+        transpose(w.P, rows, cols, w.T_ij);
+        T::pv(w.T_ij, T::load_v(&d_out(b, h, r0, 0), rows, d_v, w.dO_vals), w.dV_j, cols, rows, d_v);
+        // dK_j += dS^T Q_i
+        transpose(w.dS, rows, cols, w.T_ij);
+        T::pv(w.T_ij, T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals), w.dK_j, cols, rows, d_k);
+      }
+      S* dk = &g.dk(b, h, j0, 0);
+      S* dv = &g.dv(b, h, j0, 0);
+      for (std::size_t x = 0; x < cols * d_k; ++x) dk[x] = convert<S>(A(scale * w.dK_j[x]));
+      for (std::size_t x = 0; x < cols * d_v; ++x) dv[x] = convert<S>(w.dV_j[x]);
+    }
+    S* dq_out = &g.dq(b, h, 0, 0);
+    for (std::size_t x = 0; x < n_q * d_k; ++x) dq_out[x] = convert<S>(A(scale * dq[x]));
+  };
+  parallel_for(sh.batch * sh.heads, n_workers, head);
+
+  if (ds_heads)
+    for (std::size_t b = 0; b < sh.batch; ++b)
+      for (std::size_t h = 0; h < sh.heads; ++h)
+        for (std::size_t x = 0; x < n_q * n_kv; ++x) g.dbias->data()[x] += (*ds_heads)(b, h, x / n_kv, x % n_kv);
+  return g;
+}
+
 }  // namespace
 
 template <class S, Accumulate P>
@@ -252,6 +415,18 @@ std::size_t Streaming::workspace_bytes(const Shape& s, const Options& opt) {
   return streaming_bytes<S, accumulate_t<S, P>>(s, opt, block_q(opt), block_k(opt));
 }
 
+template <class S, Accumulate P>
+Gradients<S> Streaming::backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
+                                 const Options& opt, Workspace& ws) {
+  return streaming_backward<S, accumulate_t<S, P>>(in, saved, d_out, opt, ws);
+}
+
+template <class S, Accumulate P>
+std::size_t Streaming::backward_workspace_bytes(const Shape& s, const Options& opt) {
+  return streaming_backward_bytes<S, accumulate_t<S, P>>(s, opt, block_q(opt), block_k(opt));
+}
+
 ATTN_INSTANTIATE_BACKEND(Streaming)
+ATTN_INSTANTIATE_BACKWARD(Streaming)
 
 }  // namespace attn::backends

@@ -36,6 +36,14 @@ struct Streaming {
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
 
+  // The FlashAttention-2 backward (streaming.cpp): P recomputed tile by tile
+  // from Q, K and the saved logsumexp; D from dO and the saved output.
+  template <class S, Accumulate P>
+  static Gradients<S> backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
+                               const Options& opt, Workspace& ws);
+  template <class S, Accumulate P>
+  static std::size_t backward_workspace_bytes(const Shape& s, const Options& opt);
+
   // Defaults: the tiles measured for the vector kernels in use (attn/simd.hpp).
   static std::size_t block_q(const Options& opt) { return opt.block_q ? opt.block_q : simd().block_q; }
   static std::size_t block_k(const Options& opt) { return opt.block_k ? opt.block_k : simd().block_k; }

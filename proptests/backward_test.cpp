@@ -1,0 +1,309 @@
+// The backward pass: the 50-digit reference's formulas proved by central
+// finite differences in 50 digits, and every backend's gradients against
+// the reference (verify_backward: the derived bound, the probabilistic bound
+// and 2x the naive backend's error) on random problems with every mask,
+// cross attention and d_k != d_v, in every precision and policy; exact
+// zeros where the mask says so; and the verdict's power (an error 10x the
+// one measured fails it).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "attn/backends/reference_exact.hpp"
+#include "attn/metrics.hpp"
+#include "attn/random.hpp"
+#include "attn/registry.hpp"
+#include "attn/verify.hpp"
+
+namespace attn {
+namespace {
+
+using backends::exact_t;
+
+struct Problem {
+  std::string name;
+  Shape shape;
+  Mask mask;
+  std::uint64_t seed;
+  double logit_scale = 1.0;
+};
+
+xt::xtensor<double, 2> alibi_bias(std::size_t n_q, std::size_t n_kv, double slope) {
+  auto bias = xt::xtensor<double, 2>::from_shape({n_q, n_kv});
+  for (std::size_t i = 0; i < n_q; ++i)
+    for (std::size_t j = 0; j < n_kv; ++j) {
+      const double dist = double(i + n_kv - n_q) - double(j);
+      bias(i, j) = dist < 0 ? -std::numeric_limits<double>::infinity() : -slope * dist;
+    }
+  for (std::size_t j = 0; j < n_kv; ++j) bias(0, j) = -std::numeric_limits<double>::infinity();  // a fully masked row
+  return bias;
+}
+
+xt::xtensor<std::uint8_t, 2> random_allowed(std::size_t n_q, std::size_t n_kv, std::uint64_t seed) {
+  NormalStream normal(seed);
+  auto allowed = xt::xtensor<std::uint8_t, 2>::from_shape({n_q, n_kv});
+  for (auto& a : allowed) a = normal.next() > -0.3;
+  for (std::size_t j = 0; j < n_kv; ++j) allowed(1, j) = 0;  // a fully masked row
+  for (std::size_t i = 0; i < n_q; ++i) allowed(i, 3) = 0;   // a key no query sees
+  return allowed;
+}
+
+std::vector<Problem> problems() {
+  return {
+      {"self, no mask", {2, 2, 37, 37, 16, 16}, mask::None{}, 201},
+      {"cross n_q < n_kv, causal, d_k != d_v", {1, 2, 23, 70, 24, 9}, mask::Causal{}, 202},
+      {"cross n_q > n_kv, causal (fully masked rows)", {1, 2, 70, 23, 8, 12}, mask::Causal{}, 203},
+      {"sliding window 5", {1, 2, 41, 41, 16, 16}, mask::SlidingWindow{5}, 204},
+      {"key padding per batch (keys no query sees)", {3, 1, 19, 45, 16, 20}, mask::KeyPadding{{45, 7, 0}}, 205},
+      {"boolean mask", {1, 2, 30, 50, 8, 8}, mask::Boolean{random_allowed(30, 50, 206)}, 206},
+      {"ALiBi bias, causal by -inf", {2, 2, 33, 40, 16, 8}, mask::AdditiveBias{alibi_bias(33, 40, 0.25)}, 207},
+      {"large logits 30", {1, 2, 31, 47, 32, 32}, mask::Causal{}, 208, 30.0},
+  };
+}
+
+xt::xtensor<double, 4> random_like(const Shape& s, std::size_t rows, std::size_t cols, std::uint64_t seed) {
+  NormalStream normal(seed);
+  auto t = xt::xtensor<double, 4>::from_shape({s.batch, s.heads, rows, cols});
+  for (double& x : t) x = normal.next();
+  return t;
+}
+
+// L = <G, O(in)> in 50 digits, by its own loops (not the library's kernels):
+// the function whose derivative the gradients must be.
+// `bias_dir`: a direction of the additive bias too (t times it is added).
+exact_t loss(const Inputs<double>& in, const xt::xtensor<double, 4>& g, const Options& opt, const Inputs<double>& dir,
+             const exact_t& t, const xt::xtensor<double, 2>* bias_dir = nullptr) {
+  const Shape sh = in.shape();
+  const MaskView mask(opt.mask, sh);
+  const exact_t scale = exact_t(opt.resolved_scale(sh));
+  exact_t total = 0;
+  std::vector<exact_t> s(sh.n_kv), o(sh.d_v);
+  std::vector<bool> seen(sh.n_kv);
+  for (std::size_t b = 0; b < sh.batch; ++b)
+    for (std::size_t h = 0; h < sh.heads; ++h)
+      for (std::size_t i = 0; i < sh.n_q; ++i) {
+        const auto keys = mask.keys(b, i);
+        exact_t m = 0;
+        bool any = false;
+        for (std::size_t j = 0; j < sh.n_kv; ++j) {
+          const double offset = mask.elementwise() ? mask.offset(i, j) : 0.0;
+          seen[j] = j >= keys.begin && j < keys.end && std::isfinite(offset);
+          if (!seen[j]) continue;
+          exact_t dot = 0;
+          for (std::size_t l = 0; l < sh.d_k; ++l)
+            dot += (exact_t(in.q(b, h, i, l)) + t * dir.q(b, h, i, l)) * (exact_t(in.k(b, h, j, l)) + t * dir.k(b, h, j, l));
+          s[j] = dot * scale + offset;
+          if (bias_dir) s[j] += t * (*bias_dir)(i, j);
+          m = any ? std::max(m, s[j]) : s[j];
+          any = true;
+        }
+        if (!any) continue;  // O_i = 0
+        exact_t l = 0;
+        for (auto& x : o) x = 0;
+        for (std::size_t j = 0; j < sh.n_kv; ++j) {
+          if (!seen[j]) continue;
+          const exact_t p = exp(s[j] - m);
+          l += p;
+          for (std::size_t c = 0; c < sh.d_v; ++c) o[c] += p * (exact_t(in.v(b, h, j, c)) + t * dir.v(b, h, j, c));
+        }
+        for (std::size_t c = 0; c < sh.d_v; ++c) total += g(b, h, i, c) * (o[c] / l);
+      }
+  return total;
+}
+
+// The exact formulas (backend.hpp), as the reference computes them in 50
+// digits, against the central difference (L(t) - L(-t)) / 2t at t = 1e-20:
+// truncation O(t^2) ~ 1e-40, cancellation ~ 1e-50 / 1e-20 = 1e-30, so an
+// agreement to 25 digits proves the formulas, not just their coding. The
+// check's power: dO off by one part in 1e20 (and a wrong sign of D, as a
+// direction) must miss the 25 digits.
+TEST(BackwardFormulas, FiniteDifferencesIn50DigitsMatchTo25Digits) {
+  const exact_t t("1e-20");
+  std::size_t checked = 0;
+  for (const Problem& p : problems()) {
+    if (p.logit_scale != 1.0) continue;
+    Shape small = p.shape;  // the 50-digit loops: keep B H n_q n_kv d small
+    small.batch = std::min<std::size_t>(small.batch, 2);
+    small.heads = 1;
+    Options opt;
+    opt.mask = p.mask;
+    if (auto* kp = std::get_if<mask::KeyPadding>(&opt.mask)) kp->valid_length.resize(small.batch);
+    const Inputs<double> in = random_inputs(small, p.seed);
+    const auto g = random_like(small, small.n_q, small.d_v, p.seed + 1);
+    for (std::uint64_t dir_seed : {p.seed + 2, p.seed + 3}) {
+      const Inputs<double> dir = random_inputs(small, dir_seed);
+      const exact_t fd = (loss(in, g, opt, dir, t) - loss(in, g, opt, dir, -t)) / (2 * t);
+      const exact_t dot = backends::reference_gradient_dot(in, g, opt, dir);
+      const exact_t rel = abs(fd - dot) / std::max(abs(fd), exact_t("1e-30"));
+      std::printf("  %-45s direction %llu: <grad, X> = %s, relative difference %s\n", p.name.c_str(),
+                  (unsigned long long)dir_seed, dot.str(30).c_str(), rel.str(3).c_str());
+      EXPECT_LT(rel, exact_t("1e-25")) << p.name;
+      // Power: the same comparison with dO changed by one part in 1e20.
+      auto g_off = g;
+      g_off(0, 0, small.n_q - 1, 0) *= 1 + 1e-15;
+      const exact_t off = backends::reference_gradient_dot(in, g_off, opt, dir);
+      EXPECT_GT(abs(fd - off) / abs(fd), exact_t("1e-25")) << p.name << ": the check cannot see a 1e-15 change of dO";
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 10u);
+}
+
+// d(bias) by the same central difference along a random bias direction (to
+// double precision, since reference_gradients rounds d(bias) to double).
+TEST(BackwardFormulas, BiasGradientMatchesFiniteDifferences) {
+  const Shape s{2, 2, 9, 11, 4, 3};
+  const Inputs<double> in = random_inputs(s, 301);
+  const auto g = random_like(s, s.n_q, s.d_v, 302);
+  Options opt;
+  opt.mask = mask::AdditiveBias{alibi_bias(s.n_q, s.n_kv, 0.3)};
+  opt.need_dbias = true;
+  const Gradients<double> grads = backends::reference_gradients(in, g, opt);
+  ASSERT_TRUE(grads.dbias);
+  NormalStream normal(303);
+  auto dir = xt::xtensor<double, 2>::from_shape({s.n_q, s.n_kv});
+  for (double& x : dir) x = normal.next();
+  Inputs<double> zero = in;
+  for (auto* t : {&zero.q, &zero.k, &zero.v}) std::fill(t->begin(), t->end(), 0.0);
+  const exact_t t("1e-20");
+  const exact_t fd = (loss(in, g, opt, zero, t, &dir) - loss(in, g, opt, zero, -t, &dir)) / (2 * t);
+  exact_t dot = 0, mag = 0;
+  for (std::size_t x = 0; x < dir.size(); ++x) {
+    dot += exact_t(grads.dbias->data()[x]) * dir.data()[x];
+    mag += abs(exact_t(grads.dbias->data()[x]) * dir.data()[x]);
+  }
+  // d(bias) is rounded to double per head and summed over B H = 4 heads in
+  // double: within gamma_5(2^-53) of each |entry|, so <d(bias), X> within that of sum |d(bias)| |X|.
+  const exact_t tolerance = exact_t(gamma(5, 0x1p-53)) * mag;
+  std::printf("  d(bias) along a random direction: %s, central difference %s, tolerance %s\n", dot.str(20).c_str(),
+              fd.str(20).c_str(), tolerance.str(3).c_str());
+  EXPECT_LE(abs(dot - fd), tolerance);
+  // rows of d(bias) sum to zero (the softmax is invariant to a per-row shift)
+  for (std::size_t i = 0; i < s.n_q; ++i) {
+    double row = 0, mag = 0;
+    for (std::size_t j = 0; j < s.n_kv; ++j) row += (*grads.dbias)(i, j), mag += std::fabs((*grads.dbias)(i, j));
+    EXPECT_LE(std::fabs(row), 1e-14 * std::max(mag, 1.0)) << "row " << i;
+  }
+}
+
+// Every backend x precision x policy against the reference gradients: the
+// worst-case and the tight verdicts; exact zeros for keys no query sees and
+// fully masked rows; and the tight verdict's power: the same result with its
+// error inflated 10x must fail it.
+TEST(Backward, EveryBackendAgreesWithTheReferenceInEveryPrecision) {
+  std::size_t checks = 0, informative = 0;
+  for (const Problem& p : problems()) {
+    const Inputs<double> in = random_inputs(p.shape, p.seed, p.logit_scale);
+    const auto d_out = random_like(p.shape, p.shape.n_q, p.shape.d_v, p.seed + 7);
+    Options opt;
+    opt.mask = p.mask;
+    opt.need_dbias = std::holds_alternative<mask::AdditiveBias>(p.mask);
+    for (const PrecisionInfo& prec : precisions()) {
+      if (p.logit_scale > 1 && prec.bytes == 2) continue;  // logits 30 x |q||k| overflow nothing, but fp16's Q would
+      const GradientTruth truth = [&] {
+        // the truth of the rounded inputs and the rounded dO (what every backend sees)
+        const BackwardReport r = baseline_backend().run_backward(prec.name, Accumulate::fp64, in, d_out, opt);
+        return gradient_truth(r.forward.rounded_inputs, r.rounded_d_out, opt);
+      }();
+      for (Accumulate acc : accumulate_policies()) {
+        if (prec.name == "fp64" && acc != Accumulate::fp64) continue;
+        const BackwardReport base = baseline_backend().run_backward(prec.name, acc, in, d_out, opt);
+        for (const BackendInfo& b : all_backends()) {
+          if (!b.has_backward || b.traits.exact) continue;
+          for (std::size_t threads : {std::size_t(1), std::size_t(2)}) {
+            if (threads == 2 && !b.traits.own_threads) continue;
+            Options o = opt;
+            o.threads = threads;
+            if (b.traits.tiled) o.block_q = 16, o.block_k = 8;
+            const std::string what = p.name + " / " + b.name + " " + std::string(prec.name) + " acc " +
+                                     std::string(accumulate_name(acc)) + " threads " + std::to_string(threads);
+            const BackwardReport r = b.run_backward(prec.name, acc, in, d_out, o);
+            const GradientCheck c = verify_backward(r, o, truth, b.traits.baseline ? nullptr : &base);
+            ++checks;
+            for (const auto& part : c.parts) {
+              informative += part.informative;
+              EXPECT_TRUE(part.error.all_finite_where_ref_finite) << what << ": " << part.name << " not finite";
+              EXPECT_LE(part.error.max_abs, part.tolerance) << what << ": " << part.name << " above the derived bound";
+              EXPECT_LE(part.error.max_abs, part.tight_tolerance)
+                  << what << ": " << part.name << " above the tight tolerance (baseline error " << part.baseline_error
+                  << ")";
+            }
+            if (acc == prec.default_accumulate && threads == 1 && !b.traits.baseline) {
+              std::printf("  %-70s dq %.2e (tol %.2e) dk %.2e (tol %.2e) dv %.2e (tol %.2e)\n", what.c_str(),
+                          c.parts[0].error.max_abs, c.parts[0].tight_tolerance, c.parts[1].error.max_abs,
+                          c.parts[1].tight_tolerance, c.parts[2].error.max_abs, c.parts[2].tight_tolerance);
+              // Power: the result with its error inflated 10x fails the tight verdict.
+              BackwardReport worse = r;
+              bool any_error = false;
+              for (auto [got, ref] : {std::pair{&worse.grads.dq, &truth.grads.dq}, std::pair{&worse.grads.dk, &truth.grads.dk},
+                                      std::pair{&worse.grads.dv, &truth.grads.dv}})
+                for (std::size_t x = 0; x < got->size(); ++x) {
+                  const double e = got->data()[x] - ref->data()[x];
+                  any_error = any_error || e != 0;
+                  got->data()[x] = ref->data()[x] + 10 * e;
+                }
+              if (any_error) {
+                EXPECT_FALSE(verify_backward(worse, o, truth, &base).tight_within)
+                    << what << ": an error 10x the measured one passes the tight verdict";
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("  %zu backward checks, %zu informative gradient parts\n", checks, informative);
+  EXPECT_GE(checks, 370u);  // 8 problems x precisions x policies x backends x threads
+}
+
+// Keys no query sees get dK = dV = 0 exactly, fully masked rows dQ = 0
+// exactly, in every backend and precision; nothing is NaN.
+TEST(Backward, MaskedKeysAndRowsGetExactZeros) {
+  const Shape s{3, 1, 19, 45, 16, 20};
+  const Inputs<double> in = random_inputs(s, 401);
+  const auto d_out = random_like(s, s.n_q, s.d_v, 402);
+  Options opt;
+  opt.mask = mask::KeyPadding{{45, 7, 0}};
+  for (const PrecisionInfo& prec : precisions())
+    for (const BackendInfo& b : all_backends()) {
+      if (!b.has_backward) continue;
+      Options o = opt;
+      if (b.traits.tiled) o.block_q = 8, o.block_k = 4;
+      const BackwardReport r = b.run_backward(prec.name, prec.default_accumulate, in, d_out, o);
+      const std::string what = b.name + " " + std::string(prec.name);
+      for (std::size_t j = 7; j < s.n_kv; ++j)
+        for (std::size_t c = 0; c < s.d_k; ++c) ASSERT_EQ(r.grads.dk(1, 0, j, c), 0.0) << what << " key " << j;
+      for (std::size_t j = 0; j < s.n_kv; ++j)
+        for (std::size_t c = 0; c < s.d_v; ++c) ASSERT_EQ(r.grads.dv(2, 0, j, c), 0.0) << what << " key " << j;
+      for (std::size_t i = 0; i < s.n_q; ++i)
+        for (std::size_t c = 0; c < s.d_k; ++c) ASSERT_EQ(r.grads.dq(2, 0, i, c), 0.0) << what << " row " << i;
+      for (const auto* t : {&r.grads.dq, &r.grads.dk, &r.grads.dv})
+        for (double x : *t) ASSERT_TRUE(std::isfinite(x)) << what;
+    }
+}
+
+TEST(Backward, BadUpstreamGradientsAreOneClearError) {
+  const Shape s{1, 2, 5, 6, 4, 3};
+  const Inputs<double> in = random_inputs(s, 501);
+  const BackendInfo& b = fused_backend();
+  auto wrong_shape = random_like(s, s.n_q, s.d_v + 1, 502);
+  EXPECT_THROW(
+      {
+        try {
+          b.run_backward("fp32", Accumulate::fp32, in, wrong_shape, Options{});
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("dO"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+  auto nan = random_like(s, s.n_q, s.d_v, 503);
+  nan(0, 1, 2, 0) = std::nan("");
+  EXPECT_THROW(b.run_backward("fp32", Accumulate::fp32, in, nan, Options{}), Error);
+  Options dbias;
+  dbias.need_dbias = true;  // no bias mask
+  EXPECT_THROW(b.run_backward("fp32", Accumulate::fp32, in, random_like(s, s.n_q, s.d_v, 504), dbias), Error);
+}
+
+}  // namespace
+}  // namespace attn
