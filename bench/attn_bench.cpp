@@ -7,9 +7,13 @@
 //   attn/<backend>/<precision>/causal:<0|1>/threads:<t>/n_q:<n_q>/n_kv:<n_kv>/d:<d>
 //   attn_cold/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>   (allocation and first touch included)
 //   attn_h8/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>  (B = 1, H = 8: the performance targets)
-// Every other family runs B = H = 1. threads:<t> is the worker count of a
+//   attn_bwd/...    the backward pass alone (the forward's output and logsumexp prepared outside the timing)
+//   attn_bwd_mem/... the backward's memory series (B = H = 1)
+//   attn_fwdbwd/... the forward and then the backward, as one training step times them
+// attn_h8, attn_bwd and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
 // backend with its own threads and OpenBLAS's thread count for the BLAS backends.
-// Counters: FLOP/s (4 B H n_q n_kv d, halved for causal), bytes of Q/K/V/O
+// Counters: FLOP/s (4 B H n_q n_kv d, halved for causal; backward 2.5x that,
+// forward + backward 3.5x, backend.hpp's backward_flops), bytes of Q/K/V/O
 // per second, the model's workspace bytes, the measured peak heap of one
 // cold call, and the error against the ground truth of verify() (50 digits
 // where affordable, else fp64 by its own GEMM algorithm: error_ref_digits 50
@@ -52,16 +56,23 @@ struct Profile {
   std::vector<std::size_t> memory_n = {};
   // attn_h8: B = 1, H = 8 at this n (0: none), d in d.
   std::size_t h8_n = 0;
+  // The backward families: B = 1, H = 8 at these n (d in d), and the memory
+  // series of the backward (B = H = 1, fp32, d_other) for the fused backend
+  // (bwd_memory_n) and the GEMM one (bwd_gemm_memory_n: its P is n^2).
+  std::vector<std::size_t> bwd_n = {}, bwd_memory_n = {}, bwd_gemm_memory_n = {};
 };
 
 Profile profile(const std::string& name) {
   if (name == "full")
     return {{128, 256, 512, 1024, 2048, 4096, 8192, 16384}, {32, 64, 128, 256}, {1024, 4096, 16384, 65536}, {}, {},
-            {false, true}, true, 1024, 64, 4096, {}, 4096};
+            {false, true}, true, 1024, 64, 4096, {}, 4096, {1024, 4096}, {256, 1024, 4096, 16384}, {256, 1024, 4096}};
   if (name == "quick") {
     Profile p{{1024, 4096}, {64, 128}, {4096, 65536}, {256, 512, 2048}, {32, 256}, {false, true}, false};
     p.memory_n = {8192, 16384};
     p.h8_n = 4096;
+    p.bwd_n = {1024, 4096};
+    p.bwd_memory_n = {256, 1024, 4096, 16384};
+    p.bwd_gemm_memory_n = {256, 1024, 4096};
     return p;
   }
   if (name == "smoke") {
@@ -70,6 +81,9 @@ Profile profile(const std::string& name) {
     p.d_other = 32;
     p.thread_n = 128;
     p.h8_n = 128;
+    p.bwd_n = {128};
+    p.bwd_memory_n = {128, 256};
+    p.bwd_gemm_memory_n = {128, 256};
     return p;
   }
   std::fprintf(stderr, "attn-bench: unknown profile '%s' (smoke, quick, full)\n", name.c_str());
@@ -89,6 +103,9 @@ bool is_fp32(const PrecisionInfo& p) { return p.name == "fp32"; }
 bool everywhere(const Profile& prof, const PrecisionInfo& p) { return prof.all_precisions_everywhere || is_fp32(p); }
 Shape square(std::size_t n, std::size_t d, std::size_t heads = 1) { return {1, heads, n, n, d, d}; }
 
+// What a benchmark times: the forward call, the backward call, or both.
+enum class Pass { forward, backward, forward_backward };
+
 // A series of benchmarks: one row of the table below.
 struct Series {
   std::string_view family;  // the first part of every name
@@ -96,6 +113,7 @@ struct Series {
   bool cold = false;        // allocation and first touch inside the timing, on purpose
   std::function<bool(const BackendTraits&)> backends;
   std::function<std::vector<Point>(const Profile&, const PrecisionInfo&, const BackendTraits&)> points;
+  Pass pass = Pass::forward;
 };
 
 const std::vector<Series>& series() {
@@ -172,6 +190,45 @@ const std::vector<Series>& series() {
          }
          return pts;
        }},
+      {"attn_bwd",
+       "the backward pass, B = 1, H = 8 at bwd_n: every backend with one but the baseline and the exact one in fp32; "
+       "the fused ones also causal, on two threads and in the narrow precisions at h8_n",
+       false, [](const BackendTraits& t) { return !t.baseline && !t.exact; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
+         std::vector<Point> pts;
+         const bool narrow = p.unit_roundoff > 0x1p-24;
+         for (std::size_t n : prof.bwd_n)
+           for (std::size_t d : prof.d) {
+             const Shape s8 = square(n, d, 8);
+             if (is_fp32(p)) pts.push_back({s8});
+             if (n != prof.h8_n || !t.own_threads) continue;
+             if (is_fp32(p))
+               for (auto [causal, threads] : {std::pair{true, 1}, {false, 2}, {true, 2}}) pts.push_back({s8, causal, threads});
+             if (narrow) pts.push_back({s8});
+           }
+         return pts;
+       },
+       Pass::backward},
+      {"attn_bwd_mem", "the backward's memory series: B = H = 1, fp32, d_other, the fused and the GEMM backends", false,
+       [](const BackendTraits& t) { return !t.baseline && !t.exact; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
+         std::vector<Point> pts;
+         const bool fused = t.own_threads && t.memory_independent_of_n, gemm = t.uses_blas && !t.tiled;
+         if (is_fp32(p))
+           for (std::size_t n : fused ? prof.bwd_memory_n : gemm ? prof.bwd_gemm_memory_n : std::vector<std::size_t>{})
+             pts.push_back({square(n, prof.d_other)});
+         return pts;
+       },
+       Pass::backward},
+      {"attn_fwdbwd", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n", false,
+       [](const BackendTraits& t) { return !t.baseline && !t.exact; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         std::vector<Point> pts;
+         if (prof.h8_n && is_fp32(p))
+           for (std::size_t d : prof.d) pts.push_back({square(prof.h8_n, d, 8)});
+         return pts;
+       },
+       Pass::forward_backward},
   };
   return table;
 }
@@ -202,45 +259,108 @@ struct Prepared {
 std::string slot_key;
 std::unique_ptr<Prepared> slot;
 
-const Prepared& prepare(const std::string& key, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
-  if (slot_key == key) return *slot;
-  slot.reset();  // the previous benchmark's tensors go first
-  auto prep = std::make_unique<Prepared>();
-  const Accumulate acc = p.default_accumulate;
+Options options_of(const Point& pt) {
   Options opt;
   if (pt.causal) opt.mask = mask::Causal{};
   opt.threads = static_cast<std::size_t>(pt.threads);
-  set_blas_threads(pt.threads);
-  prep->model = b.workspace_bytes(p, acc, pt.shape, opt);
-  const std::size_t need = prep->model + 2 * tensor_bytes(pt.shape, p);
-  if (need > memory_cap) prep->skip = cap_message(need, memory_cap);
-  if (prep->skip.empty()) {
-    // Inputs: random (never zeros), fixed seed, rounded to storage, touched here.
-    const Inputs<double> in = random_inputs(pt.shape, /*seed=*/42);
-    // One cold call with the heap watched: its high-water mark is the peak;
-    // its output verified against the ground truth.
-    heap::Watch watch;
-    const RunReport r = b.run(p.name, acc, in, opt, {[&] { watch = heap::Watch{}; }, [&] { prep->peak = watch.peak_growth(); }});
-    const Check c = verify(r, opt);
-    prep->exact_ref = c.truth == TruthKind::digits50;
-    prep->err = c.out.max_abs;
-    prep->bound = c.tight_tolerance_out;
-    prep->worst_bound = c.bound.out;
-    if (!c.within || !c.tight_within)
-      prep->skip = "output error " + std::to_string(c.out.max_abs) + " exceeds the tight tolerance " +
-                   std::to_string(c.tight_tolerance_out) + " or the worst-case bound " + std::to_string(c.tolerance_out) +
-                   " (truth " + std::string(truth_name(c.truth)) + ")";
-    else
-      prep->call = b.prepare(p, acc, r.rounded_inputs, opt);
+  return opt;
+}
+
+// A random upstream gradient dO of the output's shape (fixed seed).
+xt::xtensor<double, 4> random_d_out(const Shape& s, std::uint64_t seed) {
+  NormalStream normal(seed);
+  auto t = xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_v});
+  for (double& x : t) x = normal.next();
+  return t;
+}
+
+// The forward benchmark's preparation: one cold call watched and verified at the benchmark's own shape.
+void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
+  const Accumulate acc = p.default_accumulate;
+  const Options opt = options_of(pt);
+  prep.model = b.workspace_bytes(p, acc, pt.shape, opt);
+  const std::size_t need = prep.model + 2 * tensor_bytes(pt.shape, p);
+  if (need > memory_cap) return void(prep.skip = cap_message(need, memory_cap));
+  // Inputs: random (never zeros), fixed seed, rounded to storage, touched here.
+  const Inputs<double> in = random_inputs(pt.shape, /*seed=*/42);
+  // One cold call with the heap watched: its high-water mark is the peak;
+  // its output verified against the ground truth.
+  heap::Watch watch;
+  const RunReport r = b.run(p.name, acc, in, opt, {[&] { watch = heap::Watch{}; }, [&] { prep.peak = watch.peak_growth(); }});
+  const Check c = verify(r, opt);
+  prep.exact_ref = c.truth == TruthKind::digits50;
+  prep.err = c.out.max_abs;
+  prep.bound = c.tight_tolerance_out;
+  prep.worst_bound = c.bound.out;
+  if (!c.within || !c.tight_within)
+    prep.skip = "output error " + std::to_string(c.out.max_abs) + " exceeds the tight tolerance " +
+                std::to_string(c.tight_tolerance_out) + " or the worst-case bound " + std::to_string(c.tolerance_out) +
+                " (truth " + std::string(truth_name(c.truth)) + ")";
+  else
+    prep.call = b.prepare(p, acc, r.rounded_inputs, opt);
+}
+
+// The backward benchmarks' preparation. The gradients are verified
+// (verify_backward: the tight verdict, against 50 digits where affordable)
+// on the same configuration at n = min(n, 1024) and H = 1, since the truth
+// and the naive baseline's backward at n = 4096, H = 8 would cost minutes;
+// the timed call's gradients are checked finite. The peak heap is of one
+// backward call on a fresh workspace.
+void prepare_backward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
+  const Accumulate acc = p.default_accumulate;
+  const Options opt = options_of(pt);
+  prep.model = b.backward_workspace_bytes(p, acc, pt.shape, opt);
+  const std::size_t need = prep.model + b.workspace_bytes(p, acc, pt.shape, opt) + 4 * tensor_bytes(pt.shape, p);
+  if (need > memory_cap) return void(prep.skip = cap_message(need, memory_cap));
+  Shape small = pt.shape;
+  small.heads = 1;
+  small.n_q = small.n_kv = std::min<std::size_t>(pt.shape.n_q, 1024);
+  const BackwardReport check = b.run_backward(p.name, acc, random_inputs(small, 42), random_d_out(small, 43), opt);
+  const GradientCheck c = verify_backward(check, opt);
+  prep.exact_ref = c.truth == TruthKind::digits50;
+  for (const auto& part : c.parts)  // the part nearest its tolerance
+    if (part.error.max_abs / part.tight_tolerance >= prep.err / std::max(prep.bound, 1e-300)) {
+      prep.err = part.error.max_abs;
+      prep.bound = part.tight_tolerance;
+      prep.worst_bound = part.tolerance;
+    }
+  if (!c.within || !c.tight_within) {
+    for (const auto& part : c.parts)
+      if (part.error.max_abs > part.tight_tolerance || part.error.max_abs > part.tolerance)
+        prep.skip += std::string(part.name) + " error " + std::to_string(part.error.max_abs) + " exceeds the tight tolerance " +
+                     std::to_string(part.tight_tolerance) + " or the bound " + std::to_string(part.tolerance) + "; ";
+    if (prep.skip.empty()) prep.skip = "a gradient is not finite where the truth is";
+    return;
   }
+  prep.call = b.prepare(p, acc, rounded_to(p, random_inputs(pt.shape, 42)), opt);
+  prep.call->prepare_backward(random_d_out(pt.shape, 43));
+  prep.call->release_backward_workspace();
+  heap::Watch watch;
+  prep.call->call_backward();
+  prep.peak = watch.peak_growth();
+}
+
+const Prepared& prepare(const std::string& key, const BackendInfo& b, const PrecisionInfo& p, const Point& pt, Pass pass) {
+  if (slot_key == key) return *slot;
+  slot.reset();  // the previous benchmark's tensors go first
+  auto prep = std::make_unique<Prepared>();
+  set_blas_threads(pt.threads);
+  if (pass == Pass::forward) prepare_forward(*prep, b, p, pt);
+  else prepare_backward(*prep, b, p, pt);
   slot_key = key;
   slot = std::move(prep);
   return *slot;
 }
 
+bool finite(const xt::xtensor<double, 4>& t) {
+  for (double x : t)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
 void run_benchmark(benchmark::State& state, const std::string& key, const BackendInfo& b, const PrecisionInfo& p,
-                   const Point& pt, bool cold) {
-  const Prepared& prep = prepare(key, b, p, pt);
+                   const Point& pt, bool cold, Pass pass) {
+  const Prepared& prep = prepare(key, b, p, pt, pass);
   if (!prep.skip.empty()) return state.SkipWithError(prep.skip.c_str());
   set_blas_threads(pt.threads);
 
@@ -248,7 +368,14 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   // would make CPU time misleading); measured here rather than with
   // UseRealTime(), which would append "/real_time" to the stable names.
   PreparedCall& call = *prep.call;
-  call.call();  // warm: workspace and output touched
+  auto one_call = [&] {
+    switch (pass) {
+      case Pass::forward: return call.call();
+      case Pass::backward: return call.call_backward();
+      case Pass::forward_backward: return call.call_forward_backward();
+    }
+  };
+  one_call();  // warm: workspace and outputs touched
   double wall = 0;
   for (auto _ : state) {
     if (cold) {
@@ -258,21 +385,32 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
       state.ResumeTiming();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    call.call();
+    one_call();
     benchmark::ClobberMemory();
     wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  if (!call.out_finite()) return state.SkipWithError("NaN or Inf in the output after timing");
+  if (pass == Pass::forward && !call.out_finite()) return state.SkipWithError("NaN or Inf in the output after timing");
+  if (pass != Pass::forward) {
+    const Gradients<double> g = call.gradients();
+    if (!finite(g.dq) || !finite(g.dk) || !finite(g.dv)) return state.SkipWithError("NaN or Inf in a gradient after timing");
+  }
 
   const Shape& shape = pt.shape;
   const double calls = double(state.iterations());
+  const double pass_flops = pass == Pass::forward    ? flops(shape, pt.causal)
+                            : pass == Pass::backward ? backward_flops(shape, pt.causal)
+                                                     : flops(shape, pt.causal) + backward_flops(shape, pt.causal);
   state.counters["seconds_per_call"] = wall / calls;
-  state.counters["FLOP/s"] = flops(shape, pt.causal) * calls / wall;
+  state.counters["FLOP/s"] = pass_flops * calls / wall;
   state.counters["qkvo_bytes/s"] = double(tensor_bytes(shape, p)) * calls / wall;
   state.counters["workspace_model_bytes"] = double(prep.model);
   state.counters["peak_heap_bytes"] = double(prep.peak);
-  // The same less the output tensor the call returns: the backend's own extra memory.
-  const double out_bytes = double(shape.batch * shape.heads * shape.n_q * shape.d_v * p.bytes);
+  // The same less the tensors the call returns (the output; the gradients
+  // dQ, dK, dV): the backend's own extra memory.
+  const double out_bytes = pass == Pass::forward
+                               ? double(shape.batch * shape.heads * shape.n_q * shape.d_v * p.bytes)
+                               : double(shape.batch * shape.heads *
+                                        (shape.n_q * shape.d_k + shape.n_kv * (shape.d_k + shape.d_v)) * p.bytes);
   state.counters["peak_extra_heap_bytes"] = std::max(0.0, double(prep.peak) - out_bytes);
   state.counters["max_abs_error"] = prep.err;
   state.counters["error_bound"] = prep.bound;  // the tight tolerance
@@ -295,15 +433,16 @@ void register_all(const Profile& prof) {
   for (const BackendInfo& b : all_backends())
     for (const PrecisionInfo& p : precisions())
       for (const Series& s : series()) {
-        if (!s.backends(b.traits)) continue;
+        if (!s.backends(b.traits) || (s.pass != Pass::forward && !b.has_backward)) continue;
         for (const Point& pt : s.points(prof, p, b.traits)) {
           // The exact backend only where 50 digits are affordable (not registered beyond: it could not run).
           if (b.traits.exact && backends::reference_cost(pt.shape) > backends::reference_budget) continue;
           const std::string name = name_of(s.family, b.name, p.name, pt);
           if (!names.insert(name).second) continue;  // two series may share a point
           const bool cold = s.cold;
-          benchmark::RegisterBenchmark(name.c_str(), [name, &b, &p, pt, cold](benchmark::State& st) {
-            run_benchmark(st, name, b, p, pt, cold);
+          const Pass pass = s.pass;
+          benchmark::RegisterBenchmark(name.c_str(), [name, &b, &p, pt, cold, pass](benchmark::State& st) {
+            run_benchmark(st, name, b, p, pt, cold, pass);
           })->Unit(benchmark::kMillisecond);
         }
       }

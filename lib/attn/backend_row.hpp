@@ -75,6 +75,18 @@ class TypedCall final : public PreparedCall {
       no_backward();
     }
   }
+  void call_forward_backward() override {
+    if constexpr (HasBackward<B>) {
+      if (!forward_.lse) throw Error("call_forward_backward() before prepare_backward()");
+      Options fwd = opt_;
+      fwd.need_lse = true;
+      fwd.need_weights = false;
+      forward_ = B::template run<S, P>(in_, fwd, ws_);
+      grads_ = B::template backward<S, P>(in_, Saved<S>{forward_.out, *forward_.lse}, d_out_, opt_, backward_ws_);
+    } else {
+      no_backward();
+    }
+  }
   void release_backward_workspace() override { backward_ws_ = Workspace{}; }
   Gradients<double> gradients() const override {
     return {convert_tensor<double>(grads_.dq), convert_tensor<double>(grads_.dk), convert_tensor<double>(grads_.dv),

@@ -78,6 +78,9 @@ class PreparedCall {
   // exactly one backward call, reusing its own workspace.
   virtual void prepare_backward(const xt::xtensor<double, 4>& d_out) = 0;
   virtual void call_backward() = 0;
+  // A forward call (with the logsumexp) and then a backward call on its
+  // result, as a training step runs them; requires prepare_backward().
+  virtual void call_forward_backward() = 0;
   virtual void release_backward_workspace() = 0;
   virtual Gradients<double> gradients() const = 0;  // the last backward call's, widened to double exactly
   virtual xt::xtensor<double, 4> rounded_d_out() const = 0;  // dO as the backward saw it
