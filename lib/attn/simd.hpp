@@ -32,6 +32,9 @@ struct SimdKernels {
   std::size_t panel = 0;  // nv * lanes: the column panel width of packed B
   // The streaming backend's tiles measured for this variant (docs/performance.md).
   std::size_t block_q = 0, block_k = 0;
+  // Its backward pass's tiles: P, dS and a transposed tile of B_q x B_k
+  // each stay in L2 (measured on AVX2 at B = 1, H = 8, n = 4096; docs/performance.md).
+  std::size_t backward_block_q = 0, backward_block_k = 0;
   // Independent FMA chains of the peak probe: registers - 2 (two constants),
   // more than FMA latency x pipes (4 x 2 on Zen 3/4/5 and Skylake).
   std::size_t peak_chains = 0;

@@ -290,7 +290,8 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
   using T = Tiles<S, A>;
   const Shape sh = in.shape();
   const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
-  const std::size_t B_r = std::min(Streaming::block_q(opt), n_q), B_c = std::min(Streaming::block_k(opt), n_kv);
+  const std::size_t B_r = std::min(Streaming::backward_block_q(opt), n_q);
+  const std::size_t B_c = std::min(Streaming::backward_block_k(opt), n_kv);
   const std::size_t bytes = streaming_backward_bytes<S, A>(sh, opt, B_r, B_c);
   check_workspace(Streaming::name, "the backward's B_q x B_k tiles per thread", bytes);
   if (opt.need_dbias)
@@ -423,7 +424,7 @@ Gradients<S> Streaming::backward(const Inputs<S>& in, const Saved<S>& saved, con
 
 template <class S, Accumulate P>
 std::size_t Streaming::backward_workspace_bytes(const Shape& s, const Options& opt) {
-  return streaming_backward_bytes<S, accumulate_t<S, P>>(s, opt, block_q(opt), block_k(opt));
+  return streaming_backward_bytes<S, accumulate_t<S, P>>(s, opt, backward_block_q(opt), backward_block_k(opt));
 }
 
 ATTN_INSTANTIATE_BACKEND(Streaming)

@@ -47,6 +47,9 @@ struct Streaming {
   // Defaults: the tiles measured for the vector kernels in use (attn/simd.hpp).
   static std::size_t block_q(const Options& opt) { return opt.block_q ? opt.block_q : simd().block_q; }
   static std::size_t block_k(const Options& opt) { return opt.block_k ? opt.block_k : simd().block_k; }
+  // The backward's: Options::block_q / block_k when set, else its own measured tiles.
+  static std::size_t backward_block_q(const Options& opt) { return opt.block_q ? opt.block_q : simd().backward_block_q; }
+  static std::size_t backward_block_k(const Options& opt) { return opt.block_k ? opt.block_k : simd().backward_block_k; }
 };
 
 }  // namespace attn::backends

@@ -7,4 +7,6 @@
 #define ATTN_SIMD_NAME "avx2"
 #define ATTN_SIMD_BLOCK_Q 512
 #define ATTN_SIMD_BLOCK_K 96
+#define ATTN_SIMD_BACKWARD_BLOCK_Q 64
+#define ATTN_SIMD_BACKWARD_BLOCK_K 96
 #include "attn/simd/variant.inc"

@@ -5,4 +5,6 @@
 #define ATTN_SIMD_NAME "baseline"
 #define ATTN_SIMD_BLOCK_Q 256
 #define ATTN_SIMD_BLOCK_K 64
+#define ATTN_SIMD_BACKWARD_BLOCK_Q 64
+#define ATTN_SIMD_BACKWARD_BLOCK_K 64
 #include "attn/simd/variant.inc"
