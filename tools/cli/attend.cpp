@@ -1,5 +1,6 @@
 // attn-lab attend: one backend on .npy files or random tensors.
 #include <cstdio>
+#include <optional>
 
 #include "attn/alloc_counter.hpp"
 #include "attn/npy.hpp"
@@ -38,8 +39,48 @@ LoadedInputs inputs_of(const Args& args) {
   return r;
 }
 
+// The upstream gradient dO of the backward pass: --grad-out FILE (the
+// inputs' rank, the output's shape), or with --random inputs N(0, 1) values
+// drawn from seed + 1.
+xt::xtensor<double, 4> d_out_of(const Args& args, const LoadedInputs& loaded) {
+  const Shape s = loaded.in.shape();
+  if (args.has("--grad-out")) {
+    NpyTensor g = load_npy(args.str("--grad-out"), "--grad-out");
+    if (g.rank != loaded.rank)
+      throw Error("--grad-out has " + std::to_string(g.rank) + " dimensions, the inputs " + std::to_string(loaded.rank));
+    return std::move(g.data);
+  }
+  if (!args.has("--random"))
+    throw Error("the backward pass needs the upstream gradient: --grad-out dO.npy (or --random inputs, which draw one)");
+  NormalStream normal(args.count("--seed", 0) + 1);
+  auto t = xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_v});
+  for (double& x : t) x = normal.next();
+  return t;
+}
+
+Json gradient_json(const BackwardReport& br, std::size_t peak, const GradientCheck* c) {
+  Json j = {{"seconds", br.seconds},
+            {"warm_seconds_median", median(br.warm_seconds)},
+            {"warm_calls", br.warm_seconds.size()},
+            {"peak_bytes", peak},
+            {"workspace_bytes", br.workspace_bytes}};
+  if (c) {
+    j["truth"] = truth_name(c->truth);
+    j["within_bound"] = c->within;
+    j["within_tight"] = c->tight_within;
+    for (const auto& part : c->parts)
+      j[std::string(part.name)] = {{"max_abs_error", part.error.max_abs},
+                                   {"max_rel_error", part.error.max_rel},
+                                   {"tolerance", part.tolerance},
+                                   {"tight_tolerance", part.tight_tolerance},
+                                   {"baseline_error", part.baseline_error},
+                                   {"informative", part.informative}};
+  }
+  return j;
+}
+
 int run(const Args& args) {
-  refuse_overwrite(args, {"--out", "--weights", "--lse"});
+  refuse_overwrite(args, {"--out", "--weights", "--lse", "--dq", "--dk", "--dv", "--dbias"});
   const LoadedInputs loaded = inputs_of(args);
   const Shape shape = loaded.in.shape();
   const bool check = args.flag("--check");
@@ -69,6 +110,26 @@ int run(const Args& args) {
   const double row_sum = r.weights ? max_row_sum_error(*r.weights) : NAN;
   Check c;
   if (check) c = verify(r, opt);
+
+  // The backward pass, when asked for (--backward, --grad-out or a gradient output).
+  const bool backward = args.flag("--backward") || args.has("--grad-out") || args.has("--dq") || args.has("--dk") ||
+                        args.has("--dv") || args.has("--dbias");
+  std::optional<BackwardReport> br;
+  std::optional<GradientCheck> gc;
+  std::size_t backward_peak = 0;
+  if (backward) {
+    Options bopt = opt;
+    bopt.need_weights = false;
+    bopt.need_dbias = args.has("--dbias");
+    br = backend.run_backward(precision.name, acc, loaded.in, d_out_of(args, loaded), bopt,
+                              {[&] { watch = heap::Watch{}; }, [&] { backward_peak = watch.peak_growth(); }},
+                              args.count("--repeat", 0));
+    if (args.has("--dq")) save_with_rank(args.str("--dq"), br->grads.dq, loaded.rank);
+    if (args.has("--dk")) save_with_rank(args.str("--dk"), br->grads.dk, loaded.rank);
+    if (args.has("--dv")) save_with_rank(args.str("--dv"), br->grads.dv, loaded.rank);
+    if (args.has("--dbias") && br->grads.dbias) save_npy_atomic(args.str("--dbias"), *br->grads.dbias);
+    if (check) gc = verify_backward(*br, bopt);
+  }
 
   if (args.flag("--json")) {
     Json j = {{"backend", backend.name},
@@ -106,6 +167,7 @@ int run(const Args& args) {
       j["criterion"] = c.criterion;
       j["within_tight"] = c.tight_within;
     }
+    if (br) j["backward"] = gradient_json(*br, backward_peak, gc ? &*gc : nullptr);
     print_json(j);
   } else {
     std::printf("%s %s (accumulate %s), %s, mask %s\n", backend.name.c_str(), std::string(precision.name).c_str(),
@@ -122,6 +184,28 @@ int run(const Args& args) {
                   c.tight_within ? "within" : "EXCEEDED");
       std::printf("  guaranteed: worst-case bound %.3g: %s\n", c.tolerance_out, c.within ? "within" : "EXCEEDED");
     }
+    if (br) {
+      std::printf("  backward: time %.6f s (cold call), peak heap %zu bytes, workspace %zu bytes\n", br->seconds,
+                  backward_peak, br->workspace_bytes);
+      if (!br->warm_seconds.empty())
+        std::printf("  backward warm calls: median %.6f s of %zu\n", median(br->warm_seconds), br->warm_seconds.size());
+      if (gc) {
+        std::printf("  gradients against the truth (%s):\n", std::string(truth_name(gc->truth)).c_str());
+        for (const auto& part : gc->parts)
+          std::printf("    %-5s max error %.3g, tight tolerance %.3g (baseline error %.3g), worst-case bound %.3g: %s\n",
+                      std::string(part.name).c_str(), part.error.max_abs, part.tight_tolerance, part.baseline_error,
+                      part.tolerance,
+                      part.error.max_abs <= part.tight_tolerance && part.error.max_abs <= part.tolerance &&
+                              part.error.all_finite_where_ref_finite
+                          ? "within"
+                          : "EXCEEDED");
+      }
+    }
+  }
+  if (gc && !(gc->within && gc->tight_within)) {
+    std::fprintf(stderr, "attn-lab: a gradient's error against the ground truth exceeds the %s\n",
+                 gc->within ? "tight criterion (probabilistic bound and 2x baseline)" : "worst-case derived bound");
+    return 1;
   }
   if (check && !(c.within && c.tight_within)) {
     std::fprintf(stderr, "attn-lab: error against the ground truth exceeds the %s\n",
@@ -172,6 +256,17 @@ outputs:
                                  the baseline backend's error + 2 (u_acc (1 + s) + u_store) max|O|,
                                  s the largest |score|) and guaranteed (the worst-case bound);
                                  exit 1 if either fails
+backward pass (gradients of L = <dO, O>):
+  --backward                     run it; implied by any option below
+  --grad-out dO.npy              the upstream gradient dO, the output's shape (default with
+                                 --random: N(0, 1) values from seed + 1)
+  --dq DQ.npy, --dk DK.npy, --dv DV.npy   the gradients, float64, the inputs' rank
+  --dbias DB.npy                 the gradient of a bias:BIAS.npy mask, [n_q, n_kv] (summed over
+                                 batch and heads)
+  With --check the gradients are checked too (50 digits while 2.5 B H n_q n_kv (d_k + d_v + 100)
+  <= 4e6, else the math backend in fp64 with its derived bound): tight (probabilistic bound and
+  2x the baseline's error + a floor) and guaranteed (the worst-case gradient bound); exit 1 if
+  either fails. --repeat and --json cover the backward too (a "backward" object).
   --json                         print a one-line JSON summary instead of text
   --force                        replace existing output files
   max |row sum - 1| is reported when weights exist (--weights or --check).
@@ -180,6 +275,7 @@ examples:
   attn-lab attend --random 1,2,300,517,64,48 --mask causal --precision fp16 --check --json
   attn-lab attend --q q.npy --k k.npy --v v.npy --backend streaming --mask keypad:lengths.npy --out o.npy --lse l.npy
   attn-lab attend --random 1,8,4096,4096,64,64 --backend streaming --threads 2 --repeat 3
+  attn-lab attend --random 2,2,100,130,32,16 --mask causal --backend streaming --backward --check
 )",
     kAttendValued,
     kAttendFlags,

@@ -14,8 +14,10 @@ namespace attn::cli {
 
 inline const std::set<std::string> kAttendValued = {
     "--q", "--k", "--v", "--random", "--seed", "--logit-scale", "--backend", "--precision", "--accumulate", "--scale",
-    "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse", "--repeat", "--threads"};
-inline const std::set<std::string> kAttendFlags = {"--check", "--json", "--allow-nonfinite", "--force", "--help"};
+    "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse", "--repeat", "--threads",
+    "--grad-out", "--dq", "--dk", "--dv", "--dbias"};
+inline const std::set<std::string> kAttendFlags = {"--check", "--json", "--allow-nonfinite", "--force", "--help",
+                                                   "--backward"};
 
 // Exactly n comma-separated non-negative integers; `form` names them in the
 // error ("B,H,NQ,NKV,DK,DV").
