@@ -393,3 +393,253 @@ ATTN_PROPERTY(result_shapes, "result shapes", 2e5, b, c) {
 }
 
 }  // namespace attn::props
+
+// --- The backward pass -------------------------------------------------------------
+namespace attn::props {
+namespace {
+
+// One backward run of backend b on case c in storage `precision`: the
+// forward run's precondition (run_case), then the backward on its rounded
+// inputs with dO = N(0, 1) values (seed + 11), unless given. `ok` is false
+// when the backend has no backward pass or the gradients could leave the
+// storage or accumulation format: |dQ| <= |scale| max|K| 2 P1, |dK| <=
+// |scale| max|Q| n_q 2 P1, |dV| <= n_q max|dO| (P1 = max_i ||dO_i||_1 max|V|)
+// must stay 4x below the largest storage value and 8x below the accumulation's.
+struct BackwardRun {
+  bool ok = false;
+  std::string precision;
+  Inputs<double> in;
+  xt::xtensor<double, 4> d_out;
+  Options opt;
+  BackwardReport r;
+};
+
+xt::xtensor<double, 4> random_d_out(const Shape& s, std::uint64_t seed) {
+  NormalStream normal(seed);
+  auto t = xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_v});
+  for (double& x : t) x = normal.next();
+  return t;
+}
+
+double max_abs_of(const auto& t) {
+  double m = 0;
+  for (double x : t) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+BackwardRun run_backward_case(const BackendInfo& b, const Case& c, std::string_view precision,
+                              const Options* override_opt = nullptr, const Inputs<double>* override_in = nullptr,
+                              const xt::xtensor<double, 4>* override_d_out = nullptr) {
+  BackwardRun run;
+  if (!b.has_backward) return run;
+  const Run fwd = run_case(b, c, precision, false, override_opt, override_in);
+  if (!fwd.ok) return run;
+  run.precision = precision;
+  run.opt = fwd.opt;
+  run.opt.need_lse = false;
+  run.opt.need_dbias = std::holds_alternative<mask::AdditiveBias>(run.opt.mask);
+  run.in = fwd.in;
+  run.d_out = override_d_out ? *override_d_out : random_d_out(c.shape, c.seed + 11);
+  const PrecisionInfo& p = precision_info(precision);
+  const Shape sh = run.in.shape();
+  double a1 = 0;
+  for (std::size_t row = 0; row < run.d_out.size() / sh.d_v; ++row) {
+    double sum = 0;
+    for (std::size_t l = 0; l < sh.d_v; ++l) sum += std::fabs(run.d_out.data()[row * sh.d_v + l]);
+    a1 = std::max(a1, sum);
+  }
+  const double p1 = a1 * max_abs_of(run.in.v), scale = std::fabs(run.opt.resolved_scale(sh));
+  const double largest = std::max({scale * max_abs_of(run.in.k) * 2 * p1, scale * max_abs_of(run.in.q) * double(sh.n_q) * 2 * p1,
+                                   double(sh.n_q) * max_abs_of(run.d_out)});
+  if (largest > p.max_finite / 4 || largest > accumulation_max_finite(p, c.policy) / 8) return run;
+  run.r = b.run_backward(precision, c.policy, run.in, run.d_out, run.opt);
+  run.ok = true;
+  return run;
+}
+
+bool sees_a_key(const MaskView& mask, std::size_t bb, std::size_t i, std::size_t n_kv) {
+  for (std::size_t j = 0; j < n_kv; ++j)
+    if (visible(mask, bb, i, j)) return true;
+  return false;
+}
+
+// f(run) for every storage precision the case fits (none for a backend without a backward pass).
+template <class F>
+void for_each_backward(const BackendInfo& b, const Case& c, F&& f) {
+  if (!b.has_backward) return;
+  for (const PrecisionInfo& p : precisions()) {
+    BackwardRun run = run_backward_case(b, c, p.name);
+    if (!run.ok) continue;
+    RC_LOG() << b.name << " backward " << p.name << " accumulate " << accumulate_name(c.policy) << "\n";
+    f(run);
+  }
+}
+
+// The probabilistic gradient bound of a run (metrics.hpp), with the run's
+// own gradients standing in for the exact ones in the storage-rounding term
+// (first order: they differ by the bound itself).
+GradientBound probable_bound(const BackwardRun& run) {
+  return gradient_bounds(run.in, run.r.rounded_d_out, run.r.grads, run.opt, run.r.forward.u_acc, run.r.forward.u_store)
+      .probable;
+}
+
+}  // namespace
+
+// verify_backward()'s two verdicts against the 50-digit gradients: the
+// worst-case gradient bound, and the tight one (probabilistic bound and 2x
+// the naive backend's error plus a floor), for dQ, dK, dV and d(bias).
+ATTN_PROPERTY(gradients_agree_with_reference, "gradients agree with reference", 6e4, b, c) {
+  for_each_backward(b, c, [&](const BackwardRun& run) {
+    const GradientTruth truth = gradient_truth(run.in, run.r.rounded_d_out, run.opt);
+    std::optional<BackwardReport> base;
+    if (!b.traits.baseline)
+      base = baseline_backend().run_backward(run.precision, c.policy, run.in, run.d_out, run.opt);
+    const GradientCheck check = verify_backward(run.r, run.opt, truth, base ? &*base : nullptr);
+    for (const auto& part : check.parts)
+      RC_LOG() << part.name << " error " << part.error.max_abs << ", tight tolerance " << part.tight_tolerance
+               << ", worst-case " << part.tolerance << "\n";
+    RC_ASSERT(check.within);
+    RC_ASSERT(check.tight_within);
+  });
+}
+
+// Shifting every key by one vector changes each score row by a constant, so
+// sum_j dK_j = 0; sum_j dV_j = sum of dO_i over the rows that see a key;
+// each row of d(bias) sums to 0. Exactly so for the exact gradients: the
+// computed sums are within n_kv times the probabilistic bound of one gradient
+// (plus the double sum's rounding).
+ATTN_PROPERTY(gradient_sums, "sum dK = 0, sum dV = sum dO, d(bias) rows sum 0", 5e5, b, c) {
+  for_each_backward(b, c, [&](const BackwardRun& run) {
+    const Shape sh = run.in.shape();
+    const GradientBound bound = probable_bound(run);
+    const MaskView mask(run.opt.mask, sh);
+    const double n = double(sh.n_kv), sum_rounding = gamma(n + double(sh.n_q), 0x1p-53);
+    for (std::size_t bb = 0; bb < sh.batch; ++bb)
+      for (std::size_t h = 0; h < sh.heads; ++h) {
+        for (std::size_t l = 0; l < sh.d_k; ++l) {
+          double sum = 0, mag = 0;
+          for (std::size_t j = 0; j < sh.n_kv; ++j) sum += run.r.grads.dk(bb, h, j, l), mag += std::fabs(run.r.grads.dk(bb, h, j, l));
+          RC_ASSERT(std::fabs(sum) <= n * bound.dk + sum_rounding * mag);
+        }
+        for (std::size_t l = 0; l < sh.d_v; ++l) {
+          double sum = 0, expected = 0, mag = 0;
+          for (std::size_t j = 0; j < sh.n_kv; ++j) sum += run.r.grads.dv(bb, h, j, l), mag += std::fabs(run.r.grads.dv(bb, h, j, l));
+          for (std::size_t i = 0; i < sh.n_q; ++i)
+            if (sees_a_key(mask, bb, i, sh.n_kv))
+              expected += run.r.rounded_d_out(bb, h, i, l), mag += std::fabs(run.r.rounded_d_out(bb, h, i, l));
+          RC_ASSERT(std::fabs(sum - expected) <= n * bound.dv + sum_rounding * mag);
+        }
+      }
+    if (run.r.grads.dbias)
+      for (std::size_t i = 0; i < sh.n_q; ++i) {
+        double sum = 0, mag = 0;
+        for (std::size_t j = 0; j < sh.n_kv; ++j) sum += (*run.r.grads.dbias)(i, j), mag += std::fabs((*run.r.grads.dbias)(i, j));
+        RC_ASSERT(std::fabs(sum) <= n * bound.dbias + sum_rounding * mag);
+      }
+  });
+}
+
+// The gradients are linear in dO: grad(2 G1 + G2) = 2 grad(G1) + grad(G2)
+// within the three runs' probabilistic bounds. G1, G2 are multiples of 1/4
+// below 8 in magnitude, so 2 G1 + G2 is exact in every storage format.
+ATTN_PROPERTY(gradients_linear_in_d_out, "gradients linear in dO", 2e5, b, c) {
+  if (!b.has_backward) return;
+  auto quarters = [&](std::uint64_t seed) {
+    auto g = random_d_out(c.shape, seed);
+    for (double& x : g) x = std::clamp(std::round(4 * x) / 4, -7.75, 7.75);
+    return g;
+  };
+  const auto g1 = quarters(c.seed + 21), g2 = quarters(c.seed + 22);
+  auto g3 = g1;
+  for (std::size_t x = 0; x < g3.size(); ++x) g3.data()[x] = 2 * g1.data()[x] + g2.data()[x];
+  for (const PrecisionInfo& p : precisions()) {
+    const BackwardRun r1 = run_backward_case(b, c, p.name, nullptr, nullptr, &g1);
+    if (!r1.ok) continue;
+    const BackwardRun r2 = run_backward_case(b, c, p.name, &r1.opt, &r1.in, &g2);
+    const BackwardRun r3 = run_backward_case(b, c, p.name, &r1.opt, &r1.in, &g3);
+    if (!r1.ok || !r2.ok || !r3.ok) continue;
+    RC_LOG() << b.name << " linearity " << p.name << "\n";
+    const GradientBound b1 = probable_bound(r1), b2 = probable_bound(r2), b3 = probable_bound(r3);
+    auto check = [](const auto& t1, const auto& t2, const auto& t3, double tol) {
+      for (std::size_t x = 0; x < t1.size(); ++x) RC_ASSERT(std::fabs(t3.data()[x] - 2 * t1.data()[x] - t2.data()[x]) <= tol);
+    };
+    check(r1.r.grads.dq, r2.r.grads.dq, r3.r.grads.dq, b3.dq + 2 * b1.dq + b2.dq);
+    check(r1.r.grads.dk, r2.r.grads.dk, r3.r.grads.dk, b3.dk + 2 * b1.dk + b2.dk);
+    check(r1.r.grads.dv, r2.r.grads.dv, r3.r.grads.dv, b3.dv + 2 * b1.dv + b2.dv);
+  }
+}
+
+// Exact zeros where the mask says so: dK_j = dV_j = 0 for a key no query of
+// its batch sees, dQ_i = 0 for a fully masked row; under a causal or window
+// mask, dQ_i does not change (bit for bit) when the keys and values after
+// row i's last visible key change; and everything is finite.
+ATTN_PROPERTY(masked_gradients, "masked gradients 0, dQ_i blind to the future", 3e5, b, c) {
+  for_each_backward(b, c, [&](const BackwardRun& run) {
+    const Shape sh = run.in.shape();
+    const MaskView mask(run.opt.mask, sh);
+    for (const auto* t : {&run.r.grads.dq, &run.r.grads.dk, &run.r.grads.dv})
+      for (double x : *t) RC_ASSERT(std::isfinite(x));
+    for (std::size_t bb = 0; bb < sh.batch; ++bb) {
+      for (std::size_t j = 0; j < sh.n_kv; ++j) {
+        bool seen = false;
+        for (std::size_t i = 0; i < sh.n_q && !seen; ++i) seen = visible(mask, bb, i, j);
+        if (seen) continue;
+        for (std::size_t h = 0; h < sh.heads; ++h) {
+          for (std::size_t l = 0; l < sh.d_k; ++l) RC_ASSERT(run.r.grads.dk(bb, h, j, l) == 0.0);
+          for (std::size_t l = 0; l < sh.d_v; ++l) RC_ASSERT(run.r.grads.dv(bb, h, j, l) == 0.0);
+        }
+      }
+      for (std::size_t i = 0; i < sh.n_q; ++i) {
+        if (!sees_a_key(mask, bb, i, sh.n_kv))
+          for (std::size_t h = 0; h < sh.heads; ++h)
+            for (std::size_t l = 0; l < sh.d_k; ++l) RC_ASSERT(run.r.grads.dq(bb, h, i, l) == 0.0);
+      }
+    }
+    if (c.mask != MaskKind::causal && c.mask != MaskKind::window) return;
+    // Row i = n_q / 2 of batch 0: change every key and value after its last
+    // visible key (to multiples of 1/4 within the inputs' own range, so the
+    // run's precondition holds as before and every format holds them exactly).
+    const std::size_t i = sh.n_q / 2, last = mask.keys(0, i).end;
+    if (last >= sh.n_kv) return;
+    Inputs<double> changed = run.in;
+    NormalStream normal(c.seed + 31);
+    const double max_k = std::floor(4 * max_abs_of(run.in.k)) / 4, max_v = std::floor(4 * max_abs_of(run.in.v)) / 4;
+    for (std::size_t h = 0; h < sh.heads; ++h)
+      for (std::size_t j = last; j < sh.n_kv; ++j) {
+        for (std::size_t l = 0; l < sh.d_k; ++l) changed.k(0, h, j, l) = std::clamp(std::round(8 * normal.next()) / 4, -max_k, max_k);
+        for (std::size_t l = 0; l < sh.d_v; ++l) changed.v(0, h, j, l) = std::clamp(std::round(8 * normal.next()) / 4, -max_v, max_v);
+      }
+    RC_CLASSIFY(true, "future keys changed");
+    const BackwardRun again = run_backward_case(b, c, run.precision, &run.opt, &changed, &run.d_out);
+    RC_ASSERT(again.ok);
+    for (std::size_t h = 0; h < sh.heads; ++h)
+      for (std::size_t l = 0; l < sh.d_k; ++l) RC_ASSERT(again.r.grads.dq(0, h, i, l) == run.r.grads.dq(0, h, i, l));
+  });
+}
+
+// A second backward gives the same bits, and so does one thread instead of
+// the case's; the backend's default blocks and the case's agree within the
+// two runs' probabilistic bounds.
+ATTN_PROPERTY(backward_deterministic_and_block_independent, "backward: determinism, threads, blocks", 3e5, b, c) {
+  for_each_backward(b, c, [&](const BackwardRun& run) {
+    const BackwardRun again = run_backward_case(b, c, run.precision, &run.opt, &run.in, &run.d_out);
+    RC_ASSERT(again.r.grads.dq == run.r.grads.dq);
+    RC_ASSERT(again.r.grads.dk == run.r.grads.dk);
+    RC_ASSERT(again.r.grads.dv == run.r.grads.dv);
+    Options threads = run.opt;
+    threads.threads = run.opt.threads == 1 ? 2 : 1;
+    const BackwardRun other_threads = run_backward_case(b, c, run.precision, &threads, &run.in, &run.d_out);
+    RC_ASSERT(other_threads.r.grads.dq == run.r.grads.dq);
+    RC_ASSERT(other_threads.r.grads.dk == run.r.grads.dk);
+    RC_ASSERT(other_threads.r.grads.dv == run.r.grads.dv);
+    Options defaults = run.opt;
+    defaults.block_q = defaults.block_k = 0;
+    const BackwardRun other = run_backward_case(b, c, run.precision, &defaults, &run.in, &run.d_out);
+    const GradientBound bound = probable_bound(run);
+    RC_ASSERT(compare(other.r.grads.dq, run.r.grads.dq, 0x1p-53).max_abs <= 2 * bound.dq);
+    RC_ASSERT(compare(other.r.grads.dk, run.r.grads.dk, 0x1p-53).max_abs <= 2 * bound.dk);
+    RC_ASSERT(compare(other.r.grads.dv, run.r.grads.dv, 0x1p-53).max_abs <= 2 * bound.dv);
+  });
+}
+
+}  // namespace attn::props

@@ -220,6 +220,7 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
   b.dv = gm.max_do * C * (e_p + g(n_q)) + u_store * max_finite_abs(truth.dv);
   if (truth.dbias)
     b.dbias = gm.head_sum * b.eps_s + gamma(double(sh.batch * sh.heads), 0x1p-53) * max_finite_abs(*truth.dbias);
+  b.scales = {std::fabs(scale) * gm.max_k * 2 * p1, std::fabs(scale) * gm.max_q * C * 2 * p1, gm.head_sum * 2 * p1};
   return b;
 }
 

@@ -107,10 +107,19 @@ ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_
 //     gamma_{BH}(2^-53) max|d(bias)| (summed in double)
 // Like the forward's, it is worst case; the probabilistic companion
 // replaces each g(k) by min(g(k), gamma~_k(lambda)).
+// What one rounding of dP_ij and D_i (each up to P1 in magnitude) can move
+// each gradient by, per unit roundoff: the cancellation in dP - D that any
+// correct order of operations carries (verify.hpp's floor of the tight rule).
+struct GradientScales {
+  double dq = 0;     // |scale| max|K| 2 P1
+  double dk = 0;     // |scale| max|Q| C 2 P1
+  double dbias = 0;  // H 2 P1
+};
 struct GradientBound {
   double dq = 0, dk = 0, dv = 0, dbias = 0;
   double eps_s = 0;  // dS's error per unit weight
   ErrorBound forward;  // the forward's bound it builds on
+  GradientScales scales;
 };
 struct GradientBounds {
   GradientBound worst, probable;

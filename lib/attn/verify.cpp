@@ -207,13 +207,13 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   }
   const double s = c.bound.forward.score_magnitude;
   auto part = [&](std::string_view name, const auto& got, const auto& truth, double worst, double probable,
-                  double truth_error, const auto* base) {
+                  double truth_error, double cancellation, const auto* base) {
     GradientCheck::Part p;
     p.name = name;
     p.error = compare(got, truth, f.u_store);
     p.tolerance = worst + truth_error;
     p.informative = worst < max_abs(truth);
-    const double floor = 2 * (f.u_acc * (1 + s) + f.u_store) * max_abs(truth);
+    const double floor = 2 * (f.u_acc * (1 + s) + f.u_store) * max_abs(truth) + 2 * (f.u_acc + f.u_store) * cancellation;
     double rule = INFINITY;
     if (base) {
       p.baseline_error = compare(*base, truth, f.u_store).max_abs;
@@ -226,11 +226,12 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
     c.parts.push_back(p);
   };
   const Gradients<double>* b = baseline ? &baseline->grads : nullptr;
-  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, b ? &b->dq : nullptr);
-  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, b ? &b->dk : nullptr);
-  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, b ? &b->dv : nullptr);
+  const GradientScales& g = c.bound.scales;
+  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, g.dq, b ? &b->dq : nullptr);
+  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, g.dk, b ? &b->dk : nullptr);
+  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, 0.0, b ? &b->dv : nullptr);
   if (r.grads.dbias && t.grads.dbias)
-    part("dbias", *r.grads.dbias, *t.grads.dbias, c.bound.dbias, c.probable.dbias, t.dbias_error,
+    part("dbias", *r.grads.dbias, *t.grads.dbias, c.bound.dbias, c.probable.dbias, t.dbias_error, g.dbias,
          b && b->dbias ? &*b->dbias : nullptr);
   else if (opt.need_dbias)
     c.within = c.tight_within = false;  // asked for and not returned
