@@ -26,6 +26,23 @@ fail):
       the baseline naive attn-lab in the same precision (for naive itself,
       torch64 in fp64; the worst-case bound otherwise), floor = u_store max|T|
       (one half-ulp rounding of each of two outputs).
+The backward pass (check_backward): for each attend case, precision and
+backend with a backward pass, `attn-lab attend --grad-out dO.npy --dq --dk
+--dv (--dbias) --check --json` against torch autograd in float64 through
+the same softmax expression (and, unmasked, through
+torch.nn.functional._scaled_dot_product_attention, the attention core that
+torch 1.13's nn.MultiheadAttention calls), and against gradients computed
+by NumPy in long double from the explicit formulas:
+  worst case: |ours - torch64| <= our derived worst-case gradient bound
+      (attn-lab's --check, metrics.hpp) + |torch64 - T| (torch's own error);
+  2x baseline: |ours - T| <= 2 |naive - T| + floor, floor = u_store max|T|
+      + 2 (u_acc + u_store) G (G: one rounding of dP and D, which cancel in
+      dP - D, carried to the gradient: |scale| max|K| 2 P1 for dQ, |scale|
+      max|Q| C 2 P1 for dK, H 2 P1 for d(bias), 0 for dV; P1 = max_i
+      ||dO_i||_1 max|V|, C the largest column sum of P; verify.hpp).
+Torch's fully masked rows are NaN and poison every gradient; torch is given
+the same problem with those rows unmasked and their dO zeroed, which has
+the same exact gradients (a row with dO_i = 0 contributes nothing).
 Semantic differences from torch 1.13, stated and checked: a fully masked
 row is NaN in torch and exactly 0 in attn-lab; torch's `tril()` causal mask
 is aligned top-left, attn-lab's causal mask bottom-right (query i sees key
@@ -231,6 +248,154 @@ def check_attend():
                 ATTEND_LOG.append((name, precision, naive_err, torch_err))
 
 
+# --- backward -------------------------------------------------------------------
+
+def gradients_ld(q, k, v, scale, add, d_out):
+    """dQ, dK, dV, d(add) (summed over broadcast axes later) by the explicit formulas in long double; P = 0 on fully
+    masked rows."""
+    with np.errstate(invalid="ignore"):
+        s = LD(scale) * (q.astype(LD) @ np.swapaxes(k.astype(LD), -1, -2)) + add.astype(LD)
+        p = np.nan_to_num(softmax_ld(s))
+    g = d_out.astype(LD)
+    dp = g @ np.swapaxes(v.astype(LD), -1, -2)
+    d = np.sum(p * dp, axis=-1, keepdims=True)
+    ds = p * (dp - d)
+    return (LD(scale) * ds @ k.astype(LD), LD(scale) * np.swapaxes(ds, -1, -2) @ q.astype(LD),
+            np.swapaxes(p, -1, -2) @ g, ds, p)
+
+
+def torch_gradients(q, k, v, scale, add, d_out, dead):
+    """torch autograd in float64; fully masked rows unmasked with dO_i = 0 (same exact gradients, no NaN)."""
+    add = np.where(dead[..., None], 0.0, add)
+    g = np.where(dead[..., None], 0.0, d_out)
+    tq, tk, tv = (torch.from_numpy(x.copy()).requires_grad_() for x in (q, k, v))
+    tb = torch.from_numpy(add.copy()).requires_grad_()
+    out = torch.softmax(tq @ tk.transpose(-1, -2) * scale + tb, dim=-1) @ tv
+    out.backward(torch.from_numpy(g))
+    return tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy(), tb.grad.numpy()
+
+
+def core_gradients(q, k, v, d_out):
+    """The same through torch 1.13's attention core (what nn.MultiheadAttention calls), unmasked; it scales q by
+    1/sqrt(d_k) itself. [B, H, n, d] are folded to [B H, n, d]."""
+    B, H = q.shape[:2]
+    tq, tk, tv = (torch.from_numpy(x.reshape(B * H, *x.shape[2:]).copy()).requires_grad_() for x in (q, k, v))
+    out, _ = torch.nn.functional._scaled_dot_product_attention(tq, tk, tv, None, 0.0, False, False)
+    out.backward(torch.from_numpy(d_out.reshape(B * H, *d_out.shape[2:])))
+    return tuple(t.grad.numpy().reshape(B, H, *t.shape[1:]) for t in (tq, tk, tv))
+
+
+def cancellation_scales(q, k, v, scale, p, d_out):
+    """G of the module docstring for dq, dk, dv, dbias."""
+    p1 = float(np.max(np.sum(abs(d_out), axis=-1))) * float(np.max(abs(v)))
+    col = float(np.max(np.sum(p.astype(np.float64), axis=-2)))
+    heads = float(np.max(np.sum(p.astype(np.float64), axis=(0, 1))))
+    return {"dq": abs(scale) * float(np.max(abs(k))) * 2 * p1, "dk": abs(scale) * float(np.max(abs(q))) * col * 2 * p1,
+            "dv": 0.0, "dbias": heads * 2 * p1}
+
+
+BACKWARD = [b["name"] for b in REGISTRY["backends"] if b["backward"]]
+
+
+def check_backward():
+    rng = np.random.default_rng(SEED + 5)
+    for name, (B, H, NQ, NKV, DK, DV), rank, kind in attend_cases(rng):
+        for precision, info in PRECISIONS.items():
+            u_s = info["unit_roundoff"]
+            u_acc = PRECISIONS[info["default_accumulate"]]["unit_roundoff"]
+            with tempfile.TemporaryDirectory() as work:
+                q = representable(rng.normal(size=(B, H, NQ, DK)), precision)
+                k = representable(rng.normal(size=(B, H, NKV, DK)), precision)
+                v = representable(rng.normal(size=(B, H, NKV, DV)), precision)
+                g = representable(rng.normal(size=(B, H, NQ, DV)), precision)
+                for nm, t in (("q", q), ("k", k), ("v", v), ("g", g)):
+                    save(os.path.join(work, nm + ".npy"), t.reshape(t.shape[4 - rank:]) if rank < 4 else t)
+                mask_arg, add = mask_for(kind, B, NQ, NKV, rng, work)
+                scale = 1 / np.sqrt(DK)
+                dead = ~np.isfinite(add).any(axis=-1)  # [B, 1, NQ]
+                dead_h = np.broadcast_to(dead, (B, H, NQ))
+                truth = gradients_ld(q, k, v, scale, add, g)
+                T = {"dq": truth[0], "dk": truth[1], "dv": truth[2]}
+                if kind == "bias":
+                    T["dbias"] = np.sum(truth[3], axis=(0, 1))
+                T = {key: t.astype(np.float64) for key, t in T.items()}
+                t64 = dict(zip(("dq", "dk", "dv", "dbias"), torch_gradients(q, k, v, scale, add, g, dead_h)))
+                t64["dbias"] = np.sum(t64["dbias"], axis=(0, 1)) if kind == "bias" else None
+                torch_err = {key: float(np.max(abs(t64[key] - T[key]))) for key in T}
+                if kind == "none":
+                    core = dict(zip(("dq", "dk", "dv"), core_gradients(q, k, v, g)))
+                    for key in ("dq", "dk", "dv"):
+                        e = float(np.max(abs(core[key] - T[key])))
+                        record(e <= 1e-12 * max(1.0, float(np.max(abs(T[key])))),
+                               f"backward {name}: torch's attention core {key} {e:.3g} from the long-double truth")
+                G = cancellation_scales(q, k, v, scale, truth[4], g)
+                ours = {}
+                for backend in BACKWARD:
+                    args = ["attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--grad-out", "g.npy",
+                            "--backend", backend, "--precision", precision, "--dq", "dq.npy", "--dk", "dk.npy",
+                            "--dv", "dv.npy", "--check", "--json", "--force"]
+                    if mask_arg:
+                        args += ["--mask", mask_arg]
+                    if kind == "bias":
+                        args += ["--dbias", "db.npy"]
+                    summary = json.loads(run(args, work))["backward"]
+                    got = {key: np.load(os.path.join(work, f)).reshape(T[key].shape)
+                           for key, f in (("dq", "dq.npy"), ("dk", "dk.npy"), ("dv", "dv.npy"), ("dbias", "db.npy"))
+                           if key in T}
+                    ours[backend] = got
+                    for key in T:
+                        label = f"backward {name} {backend} {precision} {key}"
+                        dev = float(np.max(abs(got[key] - t64[key])))
+                        allowed = summary[key]["tolerance"] + torch_err[key]
+                        record(dev <= allowed, f"{label}: |ours - torch64| {dev:.3g} > bound {allowed:.3g}")
+                        if key in ("dq",):
+                            record(bool((got[key][dead_h] == 0).all()), f"{label}: fully masked rows not 0")
+                for backend, got in ours.items():
+                    for key in T:
+                        err = float(np.max(abs(got[key] - T[key])))
+                        base = float(np.max(abs(ours[BASELINE][key] - T[key])))
+                        if backend == BASELINE:
+                            continue  # its own baseline; held to the worst-case bound above
+                        floor = u_s * float(np.max(abs(T[key]))) + 2 * (u_acc + u_s) * G[key]
+                        allowed = 2 * base + floor
+                        record(err <= allowed, f"backward {name} {backend} {precision} {key}: error {err:.3g} > "
+                                               f"2x baseline {base:.3g} + floor = {allowed:.3g}")
+                        if allowed > 0:
+                            GRAD_HEADROOM[precision] = max(GRAD_HEADROOM.get(precision, 0.0), err / allowed)
+                BACKWARD_LOG.append((name, precision, max(torch_err.values())))
+
+
+def check_backward_power():
+    """A gradient convention a reimplementation could get wrong (dK from dS untransposed, i.e. dS Q instead of
+    dS^T Q; the scale left out of dQ) and a 10x error must each fail a criterion that passes unmutated."""
+    rng = np.random.default_rng(SEED + 6)
+    B, H, N, D = 1, 2, 10, 6
+    q, k, v, g = (rng.normal(size=(B, H, N, D)) for _ in range(4))
+    scale = 1 / np.sqrt(D)
+    add = np.zeros((B, 1, N, N))
+    dq, dk, dv, ds, p = gradients_ld(q, k, v, scale, add, g)
+    T = dk.astype(np.float64)
+    with tempfile.TemporaryDirectory() as work:
+        for nm, t in (("q", q), ("k", k), ("v", v), ("g", g)):
+            save(os.path.join(work, nm + ".npy"), t)
+        summary = json.loads(run(["attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--grad-out", "g.npy",
+                                  "--backend", FUSED, "--precision", "fp64", "--dq", "dq.npy", "--dk", "dk.npy",
+                                  "--check", "--json"], work))["backward"]
+        ours_dk, ours_dq = np.load(os.path.join(work, "dk.npy")), np.load(os.path.join(work, "dq.npy"))
+        record(float(np.max(abs(ours_dk - T))) <= summary["dk"]["tolerance"], "power: the unmutated dK fails its bound")
+        untransposed = (LD(scale) * ds @ q.astype(LD)).astype(np.float64)
+        record(float(np.max(abs(untransposed - T))) > summary["dk"]["tolerance"],
+               "power: dK = scale dS Q (untransposed) passes the bound")
+        unscaled = (ds @ k.astype(LD)).astype(np.float64)
+        record(float(np.max(abs(unscaled - dq.astype(np.float64)))) > summary["dq"]["tolerance"],
+               "power: dQ without the scale passes the bound")
+        err = float(np.max(abs(ours_dq - dq.astype(np.float64))))
+        moved = dq.astype(np.float64) + 10 * max(err, 2.0 ** -53 * float(np.max(abs(dq)))) * np.sign(rng.normal(size=dq.shape))
+        floor = 2.0 ** -53 * float(np.max(abs(dq)))
+        record(float(np.max(abs(moved - dq.astype(np.float64)))) > 2 * err + floor,
+               "power: a dQ error 10x the measured one passes the 2x rule")
+
+
 # --- layer ----------------------------------------------------------------------
 
 def layer_cases():
@@ -415,12 +580,14 @@ def check_power():
         record(bool(np.any(abs(o - truth) > bound)), "power: a transposed out_proj.weight passes the layer bound")
 
 
-ATTEND_LOG, LAYER_LOG, HEADROOM = [], [], {}
+ATTEND_LOG, LAYER_LOG, HEADROOM, BACKWARD_LOG, GRAD_HEADROOM = [], [], {}, [], {}
 print(f"torch {torch.__version__}, numpy {np.__version__}, seed {SEED}, backends {BACKENDS}, "
       f"precisions {list(PRECISIONS)}")
 check_attend()
 check_layer()
 check_power()
+check_backward()
+check_backward_power()
 print("largest errors against the long-double truth (naive attn-lab / torch float64):")
 for kind, log in (("attend", ATTEND_LOG), ("layer", LAYER_LOG)):
     for precision in PRECISIONS:
@@ -428,4 +595,7 @@ for kind, log in (("attend", ATTEND_LOG), ("layer", LAYER_LOG)):
         print(f"  {kind:6s} {precision}: naive {max(r[2] for r in rows):.3g}, torch64 {max(r[3] for r in rows):.3g}"
               f" over {len(rows)} cases")
 print("largest error / allowed of the 2x rule: " + ", ".join(f"{p} {r:.2f}" for p, r in HEADROOM.items()))
+print("backward: torch64's largest gradient error against the long-double formulas: "
+      f"{max(r[2] for r in BACKWARD_LOG):.3g} over {len(BACKWARD_LOG)} cases; largest error / allowed of the 2x rule: "
+      + ", ".join(f"{p} {r:.2f}" for p, r in GRAD_HEADROOM.items()))
 CHECKS.finish()

@@ -11,7 +11,10 @@ int run(const Args& args) {
   if (args.flag("--json")) {
     Json j = {{"backends", Json::array()}, {"precisions", Json::array()}, {"accumulations", Json::array()}};
     for (const BackendInfo& b : all_backends())
-      j["backends"].push_back({{"name", b.name}, {"description", b.description}, {"traits", to_json(b.traits)}});
+      j["backends"].push_back({{"name", b.name},
+                               {"description", b.description},
+                               {"traits", to_json(b.traits)},
+                               {"backward", b.has_backward}});
     for (const PrecisionInfo& p : precisions())
       j["precisions"].push_back({{"name", p.name},
                                  {"unit_roundoff", p.unit_roundoff},
@@ -40,7 +43,7 @@ int run(const Args& args) {
     for (auto [on, word] : {std::pair{t.exact, "exact"}, {t.baseline, "baseline"},
                             {t.weights_from_lse, "weights-from-lse"}, {t.tiled, "tiled"},
                             {t.own_threads, "own-threads"}, {t.uses_blas, "blas"},
-                            {t.memory_independent_of_n, "memory-independent-of-n"}})
+                            {t.memory_independent_of_n, "memory-independent-of-n"}, {b.has_backward, "backward"}})
       if (on) traits += (traits.empty() ? "" : ", ") + std::string(word);
     std::printf("  %-10s %s\n  %-10s [%s]\n", b.name.c_str(), b.description.c_str(), "", traits.c_str());
   }
@@ -66,7 +69,7 @@ extern const Command list_command = {
     "  attn-lab list [--json]     the registered backends (with their traits), precisions and\n"
     "                             accumulation policies, the BLAS build and the vector kernels\n",
     R"(attn-lab list [--json]: the registry.
-  --json    one line of JSON: backends (name, description, traits), precisions (name, unit
+  --json    one line of JSON: backends (name, description, traits, backward: whether it has a backward pass), precisions (name, unit
             roundoff, largest finite value, default accumulation, bytes), accumulations, BLAS,
             simd (the vector kernel variant in use and every compiled one: instruction set,
             whether this CPU runs it, micro-kernel block, streaming tiles)
