@@ -4,10 +4,11 @@
 // and 2x the naive backend's error) on random problems with every mask,
 // cross attention and d_k != d_v, in every precision and policy; exact
 // zeros where the mask says so; and the verdict's power (an error 10x the
-// one measured fails it).
+// one measured, or the baseline's if larger, fails it).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <tuple>
 
 #include "attn/backends/reference_exact.hpp"
 #include "attn/metrics.hpp"
@@ -232,19 +233,26 @@ TEST(Backward, EveryBackendAgreesWithTheReferenceInEveryPrecision) {
               std::printf("  %-70s dq %.2e (tol %.2e) dk %.2e (tol %.2e) dv %.2e (tol %.2e)\n", what.c_str(),
                           c.parts[0].error.max_abs, c.parts[0].tight_tolerance, c.parts[1].error.max_abs,
                           c.parts[1].tight_tolerance, c.parts[2].error.max_abs, c.parts[2].tight_tolerance);
-              // Power: the result with its error inflated 10x fails the tight verdict.
+              // Power: the result with its error inflated to 10x the larger of its own and the
+              // baseline's (naive's sequential sums are often a few times less accurate than the
+              // GEMMs; the rule is relative to the baseline) fails the tight verdict.
               BackwardReport worse = r;
               bool any_error = false;
-              for (auto [got, ref] : {std::pair{&worse.grads.dq, &truth.grads.dq}, std::pair{&worse.grads.dk, &truth.grads.dk},
-                                      std::pair{&worse.grads.dv, &truth.grads.dv}})
+              for (auto [got, ref, other] : {std::tuple{&worse.grads.dq, &truth.grads.dq, &base.grads.dq},
+                                             std::tuple{&worse.grads.dk, &truth.grads.dk, &base.grads.dk},
+                                             std::tuple{&worse.grads.dv, &truth.grads.dv, &base.grads.dv}}) {
+                const double own = compare(*got, *ref, 0x1p-53).max_abs, baseline = compare(*other, *ref, 0x1p-53).max_abs;
+                if (own == 0) continue;
+                const double factor = 10 * std::max(own, baseline) / own;
                 for (std::size_t x = 0; x < got->size(); ++x) {
                   const double e = got->data()[x] - ref->data()[x];
                   any_error = any_error || e != 0;
-                  got->data()[x] = ref->data()[x] + 10 * e;
+                  got->data()[x] = ref->data()[x] + factor * e;
                 }
+              }
               if (any_error) {
                 EXPECT_FALSE(verify_backward(worse, o, truth, &base).tight_within)
-                    << what << ": an error 10x the measured one passes the tight verdict";
+                    << what << ": an error 10x the measured one (or the baseline's) passes the tight verdict";
               }
             }
           }

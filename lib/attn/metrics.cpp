@@ -138,11 +138,13 @@ ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
 
 // The magnitudes the gradient bound needs beyond the forward's: P1's factor
 // max_i ||dO_i||_1, max |dO|, max |Q|, max |K|, the largest column sum of
-// the weights and the largest sum of a weight over batch and heads (fp64
-// weights from one DGEMM per block of query rows, inflated by 1 + 1e-12 to
-// stay upper bounds of the exact sums).
+// the weights and the largest sum of a weight over batch and heads; and the
+// tight rule's floor (GradientScales, with the problem's own magnitudes).
+// Weights, dP and O in fp64 from DGEMMs per block of query rows; the sums
+// that are upper bounds are inflated by 1 + 1e-12 to stay so.
 struct GradientMagnitudes {
   double a1 = 0, max_do = 0, max_q = 0, max_k = 0, col_sum = 0, head_sum = 0;
+  GradientScales scales;
 };
 
 GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt) {
@@ -156,18 +158,31 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
     for (std::size_t l = 0; l < sh.d_v; ++l) sum += std::fabs(d_out.data()[row * sh.d_v + l]);
     g.a1 = std::max(g.a1, sum);
   }
-  g.a1 *= 1 + 1e-12;
   const MaskView mask(opt.mask, sh);
   const double scale = opt.resolved_scale(sh), inf = std::numeric_limits<double>::infinity();
-  const std::size_t block = std::min<std::size_t>(256, sh.n_q), n_kv = sh.n_kv, d = sh.d_k;
-  std::vector<double> s(block * n_kv), cols(n_kv), heads(opt.need_dbias ? sh.n_q * n_kv : 0);
+  const std::size_t block = std::min<std::size_t>(256, sh.n_q), n_kv = sh.n_kv, d = sh.d_k, d_v = sh.d_v;
+  std::vector<double> s(block * n_kv), dp(block * n_kv), c(block * n_kv), o(block * d_v), abs_q(block * d),
+      abs_k(n_kv * d), cq(block * d), ck(n_kv * d), cols(n_kv), mags(block * n_kv);
+  std::vector<double> heads(opt.need_dbias ? sh.n_q * n_kv : 0), c_heads(heads.size());
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
       std::fill(cols.begin(), cols.end(), 0.0);
+      std::fill(ck.begin(), ck.end(), 0.0);
+      const double* k = &in.k(b, h, 0, 0);
+      const double* v = &in.v(b, h, 0, 0);
+      for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]);
       for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
         const std::size_t rows = std::min(block, sh.n_q - i0);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), scale, &in.q(b, h, i0, 0),
-                    int(d), &in.k(b, h, 0, 0), int(d), 0.0, s.data(), int(n_kv));
+        const double* q = &in.q(b, h, i0, 0);
+        const double* g_rows = &d_out(b, h, i0, 0);
+        for (std::size_t x = 0; x < rows * d; ++x) abs_q[x] = std::fabs(q[x]);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), scale, q, int(d), k, int(d),
+                    0.0, s.data(), int(n_kv));
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d_v), 1.0, g_rows, int(d_v), v,
+                    int(d_v), 0.0, dp.data(), int(n_kv));
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), std::fabs(scale),
+                    abs_q.data(), int(d), abs_k.data(), int(d), 0.0, mags.data(), int(n_kv));
+        std::fill(c.begin(), c.end(), 0.0);
         for (std::size_t r = 0; r < rows; ++r) {
           const std::size_t i = i0 + r;
           double* p = s.data() + r * n_kv;
@@ -178,20 +193,48 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
             else if (mask.elementwise()) p[j] += mask.offset(i, j);
             m = std::max(m, p[j]);
           }
-          if (m == -inf) continue;
-          double sum = 0;
+          if (m == -inf) {
+            std::fill(p, p + n_kv, 0.0);
+            continue;
+          }
+          double sum = 0, weighted = 0;
           for (std::size_t j = 0; j < n_kv; ++j) sum += p[j] = std::exp(p[j] - m);
           for (std::size_t j = 0; j < n_kv; ++j) {
-            cols[j] += p[j] / sum;
-            if (!heads.empty()) heads[i * n_kv + j] += p[j] / sum;
+            p[j] /= sum;
+            cols[j] += p[j];
+            if (!heads.empty()) heads[i * n_kv + j] += p[j];
+            if (p[j] > 0) weighted += p[j] * (mags[r * n_kv + j] + (mask.elementwise() ? std::fabs(mask.offset(i, j)) : 0.0));
+          }
+          g.scales.score = std::max(g.scales.score, weighted);
+        }
+        // O = P V; then c_ij = P_ij (|dP_ij| + |D_i| + |dO_i|.|O_i|)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d_v), int(n_kv), 1.0, s.data(), int(n_kv),
+                    v, int(d_v), 0.0, o.data(), int(d_v));
+        for (std::size_t r = 0; r < rows; ++r) {
+          const double* p = s.data() + r * n_kv;
+          double d_i = 0, e_i = 0;
+          for (std::size_t j = 0; j < n_kv; ++j) d_i += p[j] * dp[r * n_kv + j];
+          for (std::size_t l = 0; l < d_v; ++l) e_i += std::fabs(g_rows[r * d_v + l] * o[r * d_v + l]);
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            c[r * n_kv + j] = p[j] * (std::fabs(dp[r * n_kv + j]) + std::fabs(d_i) + e_i);
+            if (!c_heads.empty()) c_heads[(i0 + r) * n_kv + j] += c[r * n_kv + j];
           }
         }
+        // dQ's floor: c |K| per row;  dK's: c^T |Q| summed over the blocks
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, c.data(), int(n_kv),
+                    abs_k.data(), int(d), 0.0, cq.data(), int(d));
+        for (std::size_t x = 0; x < rows * d; ++x) g.scales.dq = std::max(g.scales.dq, cq[x]);
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d), int(rows), 1.0, c.data(), int(n_kv),
+                    abs_q.data(), int(d), 1.0, ck.data(), int(d));
       }
-      for (double c : cols) g.col_sum = std::max(g.col_sum, c);
+      for (double x : cols) g.col_sum = std::max(g.col_sum, x);
+      for (double x : ck) g.scales.dk = std::max(g.scales.dk, x);
     }
   for (double x : heads) g.head_sum = std::max(g.head_sum, x);
-  g.col_sum *= 1 + 1e-12;
-  g.head_sum *= 1 + 1e-12;
+  for (double x : c_heads) g.scales.dbias = std::max(g.scales.dbias, x);
+  g.scales.dq *= std::fabs(scale);
+  g.scales.dk *= std::fabs(scale);
+  for (double* x : {&g.a1, &g.col_sum, &g.head_sum}) *x *= 1 + 1e-12;
   return g;
 }
 
@@ -220,7 +263,7 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
   b.dv = gm.max_do * C * (e_p + g(n_q)) + u_store * max_finite_abs(truth.dv);
   if (truth.dbias)
     b.dbias = gm.head_sum * b.eps_s + gamma(double(sh.batch * sh.heads), 0x1p-53) * max_finite_abs(*truth.dbias);
-  b.scales = {std::fabs(scale) * gm.max_k * 2 * p1, std::fabs(scale) * gm.max_q * C * 2 * p1, gm.head_sum * 2 * p1};
+  b.scales = gm.scales;
   return b;
 }
 

@@ -107,13 +107,19 @@ ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_
 //     gamma_{BH}(2^-53) max|d(bias)| (summed in double)
 // Like the forward's, it is worst case; the probabilistic companion
 // replaces each g(k) by min(g(k), gamma~_k(lambda)).
-// What one rounding of dP_ij and D_i (each up to P1 in magnitude) can move
-// each gradient by, per unit roundoff: the cancellation in dP - D that any
-// correct order of operations carries (verify.hpp's floor of the tight rule).
+// What one rounding of dP_ij, of D_i and of the output D is formed from
+// moves each gradient by, per unit roundoff, with the exact problem's own
+// magnitudes: with c_ij = P_ij (|dP_ij| + |D_i| + |dO_i|.|O_i|), the largest
+// element of |scale| c |K| (dQ), |scale| c^T |Q| (dK) and of c summed over
+// batch and heads (d(bias)). The cancellation in dP - D that any correct
+// order of operations carries (verify.hpp's floor of the tight rule); first
+// order, not a bound.
 struct GradientScales {
-  double dq = 0;     // |scale| max|K| 2 P1
-  double dk = 0;     // |scale| max|Q| C 2 P1
-  double dbias = 0;  // H 2 P1
+  double dq = 0, dk = 0, dbias = 0;
+  // max_i sum_j P_ij (|scale| |q_i|.|k_j| + |b_ij|): the score magnitude the
+  // weights see (a score's rounding error is u times its magnitude, and moves
+  // the gradients in proportion to its weight)
+  double score = 0;
 };
 struct GradientBound {
   double dq = 0, dk = 0, dv = 0, dbias = 0;

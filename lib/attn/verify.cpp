@@ -205,7 +205,7 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
     own_baseline = baseline_backend().run_backward(f.precision, f.accumulate, f.rounded_inputs, r.rounded_d_out, opt);
     baseline = &own_baseline;
   }
-  const double s = c.bound.forward.score_magnitude;
+  const double s = c.bound.scales.score;
   auto part = [&](std::string_view name, const auto& got, const auto& truth, double worst, double probable,
                   double truth_error, double cancellation, const auto* base) {
     GradientCheck::Part p;
@@ -213,7 +213,7 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
     p.error = compare(got, truth, f.u_store);
     p.tolerance = worst + truth_error;
     p.informative = worst < max_abs(truth);
-    const double floor = 2 * (f.u_acc * (1 + s) + f.u_store) * max_abs(truth) + 2 * (f.u_acc + f.u_store) * cancellation;
+    const double floor = 2 * (f.u_acc * (1 + s) + f.u_store) * max_abs(truth) + 2 * f.u_acc * cancellation;
     double rule = INFINITY;
     if (base) {
       p.baseline_error = compare(*base, truth, f.u_store).max_abs;

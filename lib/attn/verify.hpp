@@ -111,14 +111,14 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
 // 2x the baseline backend's error (same inputs, dO, precision, policy) plus
 // a floor, for each gradient; every gradient finite where the truth is. The
 // floor is one rounding of each quantity in each of the two runs:
-// 2 (u_acc (1 + s) + u_store) max|truth| as the forward's, plus
-// 2 (u_acc + u_store) times the gradient's GradientScales: one rounding of
-// dP and D, which cancel in dP - D (without it, math's fp64 dQ at logits
-// x 10, 1e-17, failed against naive's lucky 4e-19 where dQ itself was 1e-5),
-// and the saved output's rounding to storage, which D = dO . O inherits and
-// naive's D = sum_j P_ij dP_ij does not (math fp16 dQ 6.6e-5 against naive's
-// 5.4e-6 at n = 3, logits x 10). Both found by property
-// gradients_agree_with_reference, RapidCheck seed 20261129.
+// 2 (u_acc (1 + s) + u_store) max|truth| as the forward's (but s the
+// weight-averaged score magnitude, GradientScales::score), plus 2 u_acc
+// times the gradient's GradientScales: one rounding of dP and D, which
+// cancel in dP - D (without it, math's fp64 dQ at logits x 10, 1e-17,
+// failed against naive's lucky 4e-19 where dQ itself was 1e-5; property
+// gradients_agree_with_reference, RapidCheck seed 20261129). The saved
+// output's rounding to storage, which D = dO . O inherits, needs no term:
+// the baseline (naive) forms D from its own saved output the same way.
 struct GradientCheck {
   TruthKind truth = TruthKind::digits50;
   struct Part {

@@ -60,6 +60,27 @@ inline MaskView::Range block_keys(const MaskView& mask, std::size_t b, std::size
   return span;
 }
 
+// Rows [first, last) of queries i0 .. i0 + rows (batch b), relative to i0:
+// the hull of the rows that see any key of j0 .. j0 + cols (under a causal
+// mask the diagonal tiles shrink to the rows at or below the diagonal); rows
+// outside see none of them. Empty: first = last = 0.
+struct RowSpan {
+  std::size_t first = 0, last = 0;
+  std::size_t size() const { return last - first; }
+};
+inline RowSpan rows_seeing(const MaskView& mask, std::size_t b, std::size_t i0, std::size_t rows, std::size_t j0,
+                           std::size_t cols) {
+  RowSpan hull{rows, 0};
+  for (std::size_t r = 0; r < rows; ++r) {
+    const auto keys = mask.keys(b, i0 + r);
+    if (keys.begin < j0 + cols && keys.end > j0 && keys.size() > 0) {
+      hull.first = std::min(hull.first, r);
+      hull.last = r + 1;
+    }
+  }
+  return hull.first < hull.last ? hull : RowSpan{};
+}
+
 // bf16/fp16 -> float: the dispatched vector kernels (attn/simd.hpp).
 inline void widen_to_float(const bf16* src, std::size_t n, float* dst) { attn::simd().widen_bf16(src, n, dst); }
 inline void widen_to_float(const fp16* src, std::size_t n, float* dst) { attn::simd().widen_fp16(src, n, dst); }
@@ -157,6 +178,14 @@ void mask_row(A* s, const MaskView& mask, std::size_t b, std::size_t i, std::siz
     if (j < keys.begin || j >= keys.end) s[c] = minus_inf;
     else if (mask.elementwise()) s[c] += convert<A>(mask.offset(i, j));
   }
+}
+
+// mask_row, skipped when row i sees every key of j0 .. j0 + cols (most rows
+// of most tiles) and the mask has no elementwise part.
+template <class A>
+void mask_row_if_partial(A* s, const MaskView& mask, std::size_t b, std::size_t i, std::size_t j0, std::size_t cols) {
+  const auto keys = mask.keys(b, i);
+  if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row(s, mask, b, i, j0, cols);
 }
 
 // s[j] = exp(s[j] - m) for j < n; returns their sum. For float and double

@@ -16,9 +16,9 @@ std::size_t Naive::workspace_bytes(const Shape& s, const Options&) {
 }
 
 template <class S, Accumulate P>
-Gradients<S> Naive::backward(const Inputs<S>& in, const Saved<S>&, const xt::xtensor<S, 4>& d_out, const Options& opt,
-                             Workspace& ws) {
-  return detail::naive_backward<S, accumulate_t<S, P>>(in, d_out, opt, ws, name);
+Gradients<S> Naive::backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
+                             const Options& opt, Workspace& ws) {
+  return detail::naive_backward<S, accumulate_t<S, P>>(in, &saved.out, d_out, opt, ws, name);
 }
 
 template <class S, Accumulate P>

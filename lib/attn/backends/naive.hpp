@@ -18,7 +18,7 @@ struct Naive {
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
 
-  // The explicit formulas (naive_kernel.hpp); the saved forward state is not used.
+  // The explicit formulas (naive_kernel.hpp), D from the saved output.
   template <class S, Accumulate P>
   static Gradients<S> backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
                                const Options& opt, Workspace& ws);

@@ -90,10 +90,11 @@ Result<S> naive_attention(const Inputs<S>& in, const Options& opt, Workspace& ws
 
 // The backward pass by the explicit formulas of backend.hpp, per head, every
 // operation rounded to A in order: P recomputed by the exact softmax (the
-// forward's saved state is not used), dP = dO V^T, D_i = sum_j P_ij dP_ij
-// (the softmax's own derivative, as autograd of the textbook algorithm
-// computes it), dS = P o (dP - D), then dQ, dK, dV as sums over keys and
-// queries in index order. Holds P and dS of one head: O(n_q n_kv).
+// saved logsumexp is not used), dP = dO V^T, D_i = dO_i . O_i from the saved
+// output in storage (as every other backend forms it, so the 2x-baseline
+// rule compares like with like) or, without one, D_i = sum_j P_ij dP_ij (the
+// reference: its P is exact, so D is), dS = P o (dP - D), then dQ, dK, dV as
+// sums over keys and queries in index order. Holds P and dS of one head: O(n_q n_kv).
 template <class A>
 std::size_t naive_backward_workspace_bytes(const Shape& s) {
   return 2 * piece_bytes<A>(s.n_q * s.n_kv) + piece_bytes<A>(s.n_kv * s.d_k) + piece_bytes<A>(s.n_kv * s.d_v) +
@@ -108,8 +109,8 @@ enum class Grad { dq, dk, dv, dbias };
 // head): naive_backward rounds them to storage, the 50-digit reference's
 // own check (reference_exact.hpp) keeps all 50 digits.
 template <class S, class A, class Sink>
-void naive_backward_into(const Inputs<S>& in, const xt::xtensor<S, 4>& d_out, const Options& opt, Workspace& ws,
-                         std::string_view backend, Sink&& sink) {
+void naive_backward_into(const Inputs<S>& in, const xt::xtensor<S, 4>* saved_out, const xt::xtensor<S, 4>& d_out,
+                         const Options& opt, Workspace& ws, std::string_view backend, Sink&& sink) {
   const Shape sh = in.shape();
   const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
   const std::size_t bytes = naive_backward_workspace_bytes<A>(sh);
@@ -136,11 +137,13 @@ void naive_backward_into(const Inputs<S>& in, const xt::xtensor<S, 4>& d_out, co
         scores_loops<A, S>(q + i * d_k, k + keys.begin * d_k, p_i + keys.begin, 1, keys.size(), d_k, scale);
         mask_row(p_i, mask, b, i, 0, n_kv);
         softmax_row(p_i, n_kv);
-        // dP_i = dO_i V^T;  D_i = sum_j P_ij dP_ij;  dS_i = P_i o (dP_i - D_i)
+        // dP_i = dO_i V^T;  D_i = dO_i . O_i (or sum_j P_ij dP_ij);  dS_i = P_i o (dP_i - D_i)
         A* ds_i = grads.data() + i * n_kv;
         scores_loops<A, S>(d_o + i * d_v, v, ds_i, 1, n_kv, d_v, convert<A>(1.0));
         A d_i = zero;
-        for (std::size_t j = 0; j < n_kv; ++j) d_i += p_i[j] * ds_i[j];
+        if (saved_out) d_i = dot_loops<A>(d_o + i * d_v, &(*saved_out)(b, h, i, 0), d_v);
+        else
+          for (std::size_t j = 0; j < n_kv; ++j) d_i += p_i[j] * ds_i[j];
         for (std::size_t j = 0; j < n_kv; ++j) ds_i[j] = p_i[j] * (ds_i[j] - d_i);
         if (opt.need_dbias)
           for (std::size_t j = 0; j < n_kv; ++j) sink(Grad::dbias, b, h, i, j, ds_i[j]);
@@ -161,11 +164,12 @@ void naive_backward_into(const Inputs<S>& in, const xt::xtensor<S, 4>& d_out, co
   }
 }
 
+// `saved_out`: the forward's output (naive), or null (the reference).
 template <class S, class A>
-Gradients<S> naive_backward(const Inputs<S>& in, const xt::xtensor<S, 4>& d_out, const Options& opt, Workspace& ws,
-                            std::string_view backend) {
+Gradients<S> naive_backward(const Inputs<S>& in, const xt::xtensor<S, 4>* saved_out, const xt::xtensor<S, 4>& d_out,
+                            const Options& opt, Workspace& ws, std::string_view backend) {
   Gradients<S> g = allocate_gradients<S>(in.shape(), opt, naive_backward_workspace_bytes<A>(in.shape()));
-  naive_backward_into<S, A>(in, d_out, opt, ws, backend,
+  naive_backward_into<S, A>(in, saved_out, d_out, opt, ws, backend,
                             [&](Grad which, std::size_t b, std::size_t h, std::size_t row, std::size_t col, const A& x) {
                               switch (which) {
                                 case Grad::dq: g.dq(b, h, row, col) = convert<S>(x); break;

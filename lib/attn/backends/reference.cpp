@@ -36,7 +36,7 @@ Result<double> compensated_reference_attention(const Inputs<double>& in, const O
 template <class S, Accumulate P>
 Gradients<S> Reference::backward(const Inputs<S>& in, const Saved<S>&, const xt::xtensor<S, 4>& d_out,
                                  const Options& opt, Workspace& ws) {
-  return detail::naive_backward<S, exact_t>(in, d_out, opt, ws, name);
+  return detail::naive_backward<S, exact_t>(in, nullptr, d_out, opt, ws, name);
 }
 
 template <class S, Accumulate P>
@@ -47,7 +47,7 @@ std::size_t Reference::backward_workspace_bytes(const Shape& s, const Options&) 
 Gradients<double> reference_gradients(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                       const Options& opt) {
   Workspace ws;
-  return detail::naive_backward<double, exact_t>(in, d_out, opt, ws, Reference::name);
+  return detail::naive_backward<double, exact_t>(in, nullptr, d_out, opt, ws, Reference::name);
 }
 
 exact_t reference_gradient_dot(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
@@ -55,7 +55,7 @@ exact_t reference_gradient_dot(const Inputs<double>& in, const xt::xtensor<doubl
   Workspace ws;
   exact_t sum = 0;
   detail::naive_backward_into<double, exact_t>(
-      in, d_out, opt, ws, Reference::name,
+      in, nullptr, d_out, opt, ws, Reference::name,
       [&](detail::Grad which, std::size_t b, std::size_t h, std::size_t row, std::size_t col, const exact_t& x) {
         switch (which) {
           case detail::Grad::dq: sum += x * exact_t(direction.q(b, h, row, col)); break;

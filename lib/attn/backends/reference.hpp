@@ -20,7 +20,8 @@ struct Reference {
   template <class S, Accumulate P>
   static std::size_t workspace_bytes(const Shape& s, const Options& opt);
 
-  // The naive backward (naive_kernel.hpp) in 50 digits, rounded once per value.
+  // The naive backward (naive_kernel.hpp) in 50 digits, rounded once per
+  // value; its own exact forward, not the saved state (D = sum_j P_ij dP_ij).
   template <class S, Accumulate P>
   static Gradients<S> backward(const Inputs<S>& in, const Saved<S>& saved, const xt::xtensor<S, 4>& d_out,
                                const Options& opt, Workspace& ws);

@@ -69,8 +69,7 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
         for (std::size_t r_ = 0; r_ < rows; ++r_) {
           // P_i = softmax(S_i), or P~_i = exp(S_i - m_i) and l_i
           A* p_i = slab + r_ * cols;
-          const auto keys = mask.keys(b, i0 + r_);
-          if (mask.elementwise() || keys.begin > lo || keys.end < hi) mask_row(p_i, mask, b, i0 + r_, lo, cols);
+          mask_row_if_partial(p_i, mask, b, i0 + r_, lo, cols);
           RowSoftmax<A> row{};
           if constexpr (unnormalised) {
             row.m = row_max(p_i, cols);
@@ -169,8 +168,7 @@ Gradients<S> slab_backward(const Inputs<S>& in, const Saved<S>& saved, const xt:
             const std::size_t i = i0 + r_;
             A* p_i = probs + r_ * cols;
             A* ds_i = grads + r_ * cols;
-            const auto keys = mask.keys(b, i);
-            if (mask.elementwise() || keys.begin > lo || keys.end < hi) mask_row(p_i, mask, b, i, lo, cols);
+            mask_row_if_partial(p_i, mask, b, i, lo, cols);
             softmax_row(p_i, cols, /*simd=*/true);
             // D_i = dO_i . O_i;  dS_i = P_i o (dP_i - D_i)
             const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);

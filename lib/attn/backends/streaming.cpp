@@ -129,46 +129,26 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     if constexpr (normalised) std::fill(c_i, c_i + rows, convert<A>(1.0));
     std::fill(O_i, O_i + rows * d_v, zero);
 
-    // Rows [first, last) of the block: the hull of the rows that see any key
-    // of j0 .. j0 + cols (under a causal mask the diagonal tiles shrink to
-    // the rows at or below the diagonal); rows outside see none of them.
-    struct Rows {
-      std::size_t first, last;
-    };
-    auto rows_seeing = [&](std::size_t j0, std::size_t cols) {
-      Rows hull{rows, 0};
-      for (std::size_t r_ = 0; r_ < rows; ++r_) {
-        const auto keys = mask.keys(b, i0 + r_);
-        if (keys.begin < j0 + cols && keys.end > j0 && keys.size() > 0) {
-          hull.first = std::min(hull.first, r_);
-          hull.last = r_ + 1;
-        }
-      }
-      return hull.first < hull.last ? hull : Rows{0, 0};
-    };
     // S_ij = Q_i K_j^T * scale + mask for rows [first, last) and the keys
     // j0 .. j0 + cols; row r_ of the tile at S_ij + r_ * cols.
-    auto scores = [&](std::size_t j0, std::size_t cols, Rows rs) {
+    auto scores = [&](std::size_t j0, std::size_t cols, RowSpan rs) {
       const A* K_j = T::load_k(&in.k(b, h, j0, 0), cols, d_k, k_buf);
-      T::scores(Q_i + rs.first * d_k, K_j, S_ij + rs.first * cols, rs.last - rs.first, cols, d_k, scale);
-      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
-        const auto keys = mask.keys(b, i0 + r_);
-        if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row(S_ij + r_ * cols, mask, b, i0 + r_, j0, cols);
-      }
+      T::scores(Q_i + rs.first * d_k, K_j, S_ij + rs.first * cols, rs.size(), cols, d_k, scale);
+      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) mask_row_if_partial(S_ij + r_ * cols, mask, b, i0 + r_, j0, cols);
     };
 
     // For each key tile some row sees: its scores in S_ij, then visit(j0, cols, rows).
     auto each_key_tile = [&](auto&& visit) {
       for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
         const std::size_t cols = std::min(B_c, hi - j0);
-        const Rows rs = rows_seeing(j0, cols);
-        if (rs.first == rs.last) continue;
+        const RowSpan rs = rows_seeing(mask, b, i0, rows, j0, cols);
+        if (rs.size() == 0) continue;
         scores(j0, cols, rs);
         visit(j0, cols, rs);
       }
     };
 
-    each_key_tile([&](std::size_t j0, std::size_t cols, Rows rs) {
+    each_key_tile([&](std::size_t j0, std::size_t cols, RowSpan rs) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         A* s = S_ij + r_ * cols;
         // m_new = max(m_i, rowmax(S_ij));  P~_ij = exp(S_ij - m_new)
@@ -201,7 +181,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       }
       // O_i += P~_ij V_j
       T::pv(S_ij + rs.first * cols, T::load_v(&in.v(b, h, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
-            rs.last - rs.first, cols, d_v);
+            rs.size(), cols, d_v);
     });
 
     // O_i = O_i / l_i;  lse_i = m_i + log l_i
@@ -225,7 +205,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       // lse in A, reused as the shift of this row (m_i is no longer needed)
       m_i[r_] = l_i[r_] == zero ? minus_inf : A(m_i[r_] + log_of<A>(l_i[r_]));
     }
-    each_key_tile([&](std::size_t j0, std::size_t cols, Rows rs) {
+    each_key_tile([&](std::size_t j0, std::size_t cols, RowSpan rs) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         const A* s = S_ij + r_ * cols;
         if (!(m_i[r_] > minus_inf)) continue;
@@ -345,17 +325,10 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
       std::fill(w.dV_j, w.dV_j + cols * d_v, zero);
 
       for (std::size_t i0 = 0; i0 < n_q; i0 += B_r) {
-        // Rows [first, last) of the query block that see any key of the tile.
-        std::size_t first = B_r, last = 0;
-        for (std::size_t r_ = 0; r_ < std::min(B_r, n_q - i0); ++r_) {
-          const auto keys = mask.keys(b, i0 + r_);
-          if (keys.begin < j0 + cols && keys.end > j0 && keys.size() > 0) {
-            first = std::min(first, r_);
-            last = r_ + 1;
-          }
-        }
-        if (first >= last) continue;
-        const std::size_t r0 = i0 + first, rows = last - first;
+        // The rows of the query block that see any key of the tile.
+        const RowSpan rs = rows_seeing(mask, b, i0, std::min(B_r, n_q - i0), j0, cols);
+        if (rs.size() == 0) continue;
+        const std::size_t r0 = i0 + rs.first, rows = rs.size();
         const A* Q_i = as_accumulate(&in.q(b, h, r0, 0), rows * d_k, w.q_buf);
         const A* dO_i = as_accumulate(&d_out(b, h, r0, 0), rows * d_v, w.do_buf);
 
@@ -367,8 +340,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           const std::size_t i = r0 + r_;
           A* p = w.P + r_ * cols;
           A* ds = w.dS + r_ * cols;
-          const auto keys = mask.keys(b, i);
-          if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row(p, mask, b, i, j0, cols);
+          mask_row_if_partial(p, mask, b, i, j0, cols);
           const A lse = convert<A>(saved.lse(b, h, i));
           if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);
           else std::fill(p, p + cols, zero);
