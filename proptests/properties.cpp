@@ -479,7 +479,8 @@ void for_each_backward(const BackendInfo& b, const Case& c, F&& f) {
 // own gradients standing in for the exact ones in the storage-rounding term
 // (first order: they differ by the bound itself).
 GradientBound probable_bound(const BackwardRun& run) {
-  return gradient_bounds(run.in, run.r.rounded_d_out, run.r.grads, run.opt, run.r.forward.u_acc, run.r.forward.u_store)
+  const RunReport& f = run.r.forward;
+  return gradient_bounds(run.in, run.r.rounded_d_out, run.r.grads, run.opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store)
       .probable;
 }
 

@@ -162,12 +162,15 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
   const double scale = opt.resolved_scale(sh), inf = std::numeric_limits<double>::infinity();
   const std::size_t block = std::min<std::size_t>(256, sh.n_q), n_kv = sh.n_kv, d = sh.d_k, d_v = sh.d_v;
   std::vector<double> s(block * n_kv), dp(block * n_kv), c(block * n_kv), o(block * d_v), abs_q(block * d),
-      abs_k(n_kv * d), cq(block * d), ck(n_kv * d), cols(n_kv), mags(block * n_kv);
-  std::vector<double> heads(opt.need_dbias ? sh.n_q * n_kv : 0), c_heads(heads.size());
+      abs_k(n_kv * d), cq(block * d), ck(n_kv * d), cols(n_kv), mags(block * n_kv), a(block * n_kv), ak(n_kv * d),
+      abs_do(block * d_v), pv(n_kv * d_v);
+  std::vector<double> heads(opt.need_dbias ? sh.n_q * n_kv : 0), c_heads(heads.size()), a_heads(heads.size());
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
       std::fill(cols.begin(), cols.end(), 0.0);
       std::fill(ck.begin(), ck.end(), 0.0);
+      std::fill(ak.begin(), ak.end(), 0.0);
+      std::fill(pv.begin(), pv.end(), 0.0);
       const double* k = &in.k(b, h, 0, 0);
       const double* v = &in.v(b, h, 0, 0);
       for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]);
@@ -176,6 +179,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         const double* q = &in.q(b, h, i0, 0);
         const double* g_rows = &d_out(b, h, i0, 0);
         for (std::size_t x = 0; x < rows * d; ++x) abs_q[x] = std::fabs(q[x]);
+        for (std::size_t x = 0; x < rows * d_v; ++x) abs_do[x] = std::fabs(g_rows[x]);
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), scale, q, int(d), k, int(d),
                     0.0, s.data(), int(n_kv));
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d_v), 1.0, g_rows, int(d_v), v,
@@ -183,6 +187,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), std::fabs(scale),
                     abs_q.data(), int(d), abs_k.data(), int(d), 0.0, mags.data(), int(n_kv));
         std::fill(c.begin(), c.end(), 0.0);
+        std::fill(a.begin(), a.end(), 0.0);
         for (std::size_t r = 0; r < rows; ++r) {
           const std::size_t i = i0 + r;
           double* p = s.data() + r * n_kv;
@@ -199,13 +204,16 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           }
           double sum = 0, weighted = 0;
           for (std::size_t j = 0; j < n_kv; ++j) sum += p[j] = std::exp(p[j] - m);
+          const double lse = std::fabs(m + std::log(sum));
           for (std::size_t j = 0; j < n_kv; ++j) {
             p[j] /= sum;
             cols[j] += p[j];
             if (!heads.empty()) heads[i * n_kv + j] += p[j];
-            if (p[j] > 0) weighted += p[j] * (mags[r * n_kv + j] + (mask.elementwise() ? std::fabs(mask.offset(i, j)) : 0.0));
+            if (p[j] > 0)
+              weighted += p[j] * (mags[r * n_kv + j] + (mask.elementwise() ? std::fabs(mask.offset(i, j)) : 0.0));
           }
           g.scales.score = std::max(g.scales.score, weighted);
+          g.scales.score_lse = std::max(g.scales.score_lse, weighted + lse);
         }
         // O = P V; then c_ij = P_ij (|dP_ij| + |D_i| + |dO_i|.|O_i|)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d_v), int(n_kv), 1.0, s.data(), int(n_kv),
@@ -217,7 +225,9 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           for (std::size_t l = 0; l < d_v; ++l) e_i += std::fabs(g_rows[r * d_v + l] * o[r * d_v + l]);
           for (std::size_t j = 0; j < n_kv; ++j) {
             c[r * n_kv + j] = p[j] * (std::fabs(dp[r * n_kv + j]) + std::fabs(d_i) + e_i);
+            a[r * n_kv + j] = p[j] * std::fabs(dp[r * n_kv + j] - d_i);
             if (!c_heads.empty()) c_heads[(i0 + r) * n_kv + j] += c[r * n_kv + j];
+            if (!a_heads.empty()) a_heads[(i0 + r) * n_kv + j] += a[r * n_kv + j];
           }
         }
         // dQ's floor: c |K| per row;  dK's: c^T |Q| summed over the blocks
@@ -226,14 +236,24 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         for (std::size_t x = 0; x < rows * d; ++x) g.scales.dq = std::max(g.scales.dq, cq[x]);
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d), int(rows), 1.0, c.data(), int(n_kv),
                     abs_q.data(), int(d), 1.0, ck.data(), int(d));
+        // The terms' magnitudes: |dS| |K|, |dS|^T |Q|, P^T |dO|
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, a.data(), int(n_kv),
+                    abs_k.data(), int(d), 0.0, cq.data(), int(d));
+        for (std::size_t x = 0; x < rows * d; ++x) g.scales.terms_dq = std::max(g.scales.terms_dq, cq[x]);
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d), int(rows), 1.0, a.data(), int(n_kv),
+                    abs_q.data(), int(d), 1.0, ak.data(), int(d));
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d_v), int(rows), 1.0, s.data(), int(n_kv),
+                    abs_do.data(), int(d_v), 1.0, pv.data(), int(d_v));
       }
+      for (double x : ak) g.scales.terms_dk = std::max(g.scales.terms_dk, x);
+      for (double x : pv) g.scales.terms_dv = std::max(g.scales.terms_dv, x);
       for (double x : cols) g.col_sum = std::max(g.col_sum, x);
       for (double x : ck) g.scales.dk = std::max(g.scales.dk, x);
     }
   for (double x : heads) g.head_sum = std::max(g.head_sum, x);
   for (double x : c_heads) g.scales.dbias = std::max(g.scales.dbias, x);
-  g.scales.dq *= std::fabs(scale);
-  g.scales.dk *= std::fabs(scale);
+  for (double x : a_heads) g.scales.terms_dbias = std::max(g.scales.terms_dbias, x);
+  for (double* x : {&g.scales.dq, &g.scales.dk, &g.scales.terms_dq, &g.scales.terms_dk}) *x *= std::fabs(scale);
   for (double* x : {&g.a1, &g.col_sum, &g.head_sum}) *x *= 1 + 1e-12;
   return g;
 }
@@ -271,7 +291,7 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
 
 GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
-                               double failure_probability) {
+                               double eta_acc, double eta_store, double failure_probability) {
   const Shape sh = in.shape();
   const Magnitudes m = magnitudes(in, opt);
   const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt);
@@ -284,6 +304,13 @@ GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<doubl
   b.probable = gradient_bound_from(m, gm, truth, sh, scale, u_acc, u_store,
                                    [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); });
   b.failure_probability = failure_probability;
+  const double underflow = double(sh.n_q + sh.n_kv + sh.d_k + sh.d_v + 8) * eta_acc + eta_store;
+  for (GradientBound* x : {&b.worst, &b.probable}) {
+    x->dq += underflow;
+    x->dk += underflow;
+    x->dv += underflow;
+    if (truth.dbias) x->dbias += double(sh.batch * sh.heads) * underflow;
+  }
   return b;
 }
 

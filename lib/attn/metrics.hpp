@@ -116,10 +116,17 @@ ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_
 // order, not a bound.
 struct GradientScales {
   double dq = 0, dk = 0, dbias = 0;
+  // The largest sum of the magnitudes of the terms of one gradient element:
+  // |scale| |dS| |K|, |scale| |dS|^T |Q|, P^T |dO|, and |dS| summed over batch
+  // and heads (what a relative change of every term, e.g. of the weights,
+  // moves it by; max|gradient| can be far smaller where the terms cancel).
+  double terms_dq = 0, terms_dk = 0, terms_dv = 0, terms_dbias = 0;
   // max_i sum_j P_ij (|scale| |q_i|.|k_j| + |b_ij|): the score magnitude the
-  // weights see (a score's rounding error is u times its magnitude, and moves
-  // the gradients in proportion to its weight)
+  // weights see (a score's rounding error is u times its magnitude, and
+  // moves the gradients in proportion to its weight)
   double score = 0;
+  // the same plus |lse_i| in row i: weights rebuilt as exp(S_ij - lse_i) carry its rounding too
+  double score_lse = 0;
 };
 struct GradientBound {
   double dq = 0, dk = 0, dv = 0, dbias = 0;
@@ -132,8 +139,13 @@ struct GradientBounds {
   double lambda = 0, failure_probability = 0;
 };
 // `truth`: the exact gradients (their magnitudes enter the storage rounding).
+// eta_acc, eta_store: half the subnormal spacing of the accumulation and
+// storage types (RunReport): each of the k roundings of a k-term sum, and the
+// final rounding to storage, may err by that much absolutely where values
+// underflow (fp16's subnormals start at 6e-5), which the relative model
+// above does not cover: + (n_q + n_kv + d_k + d_v + 8) eta_acc + eta_store.
 GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
-                               double failure_probability = 1e-9);
+                               double eta_acc, double eta_store, double failure_probability = 1e-9);
 
 }  // namespace attn

@@ -92,24 +92,28 @@ struct precision_traits<double> {
   static constexpr std::string_view name = "fp64";
   static constexpr double unit_roundoff = 0x1p-53;
   static constexpr double max_finite = std::numeric_limits<double>::max();
+  static constexpr double min_subnormal = 0x1p-1074;  // the subnormals' spacing
 };
 template <>
 struct precision_traits<float> {
   static constexpr std::string_view name = "fp32";
   static constexpr double unit_roundoff = 0x1p-24;
   static constexpr double max_finite = std::numeric_limits<float>::max();
+  static constexpr double min_subnormal = 0x1p-149;
 };
 template <>
 struct precision_traits<bf16> {
   static constexpr std::string_view name = "bf16";
   static constexpr double unit_roundoff = 0x1p-8;
   static constexpr double max_finite = 0x1.fep127;  // bits 0x7f7f
+  static constexpr double min_subnormal = 0x1p-133;
 };
 template <>
 struct precision_traits<fp16> {
   static constexpr std::string_view name = "fp16";
   static constexpr double unit_roundoff = 0x1p-11;
   static constexpr double max_finite = 65504.0;
+  static constexpr double min_subnormal = 0x1p-24;
 };
 
 // Explicit instantiation helper: X(T) once per storage type of the suite.

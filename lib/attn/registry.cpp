@@ -32,7 +32,7 @@ namespace {
 template <class S>
 constexpr PrecisionInfo info_of() {
   return {precision_traits<S>::name, precision_traits<S>::unit_roundoff, precision_traits<S>::max_finite,
-          default_accumulate<S>, sizeof(S)};
+          default_accumulate<S>, sizeof(S), precision_traits<S>::min_subnormal};
 }
 constexpr std::array<PrecisionInfo, 4> kPrecisions = {info_of<double>(), info_of<float>(), info_of<bf16>(),
                                                       info_of<fp16>()};
@@ -93,6 +93,15 @@ double accumulation_max_finite(const PrecisionInfo& p, Accumulate a) {
   return p.max_finite;
 }
 
+double accumulation_min_subnormal(const PrecisionInfo& p, Accumulate a) {
+  switch (a) {
+    case Accumulate::fp64: return precision_traits<double>::min_subnormal;
+    case Accumulate::fp32: return precision_traits<float>::min_subnormal;
+    case Accumulate::storage: return p.min_subnormal;
+  }
+  return p.min_subnormal;
+}
+
 std::span<const Accumulate> accumulate_policies() { return kPolicies; }
 
 Accumulate parse_accumulate(std::string_view name) {
@@ -134,6 +143,8 @@ RunReport BackendInfo::run(std::string_view precision, Accumulate acc, const Inp
   }
   report.u_acc = unit_roundoff(p, acc);
   report.u_store = p.unit_roundoff;
+  report.eta_acc = traits.exact ? 0.0 : accumulation_min_subnormal(p, acc) / 2;
+  report.eta_store = p.min_subnormal / 2;
   report.precision = p.name;
   report.accumulate = acc;
   report.traits = traits;
@@ -155,6 +166,8 @@ BackwardReport BackendInfo::run_backward(std::string_view precision, Accumulate 
   fwd.workspace_bytes = call->workspace_bytes();
   fwd.u_acc = unit_roundoff(p, acc);
   fwd.u_store = p.unit_roundoff;
+  fwd.eta_acc = traits.exact ? 0.0 : accumulation_min_subnormal(p, acc) / 2;
+  fwd.eta_store = p.min_subnormal / 2;
   fwd.precision = p.name;
   fwd.accumulate = acc;
   fwd.traits = traits;

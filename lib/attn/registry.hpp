@@ -30,6 +30,7 @@ struct PrecisionInfo {
   double max_finite = 0;         // the largest finite value
   Accumulate default_accumulate = Accumulate::fp32;
   std::size_t bytes = 0;         // storage per value
+  double min_subnormal = 0;      // the subnormals' spacing: rounding into them errs by up to half of it
 };
 
 // Every storage precision, widest first.
@@ -40,6 +41,8 @@ const PrecisionInfo& precision_info(std::string_view name);
 double accumulation_unit_roundoff(const PrecisionInfo& p, Accumulate a);
 // The largest finite value that arithmetic holds.
 double accumulation_max_finite(const PrecisionInfo& p, Accumulate a);
+// Its subnormals' spacing.
+double accumulation_min_subnormal(const PrecisionInfo& p, Accumulate a);
 // Every accumulation policy; parse_accumulate throws Error for another name.
 std::span<const Accumulate> accumulate_policies();
 Accumulate parse_accumulate(std::string_view name);
@@ -97,6 +100,7 @@ struct RunReport {
   double seconds = 0;  // wall time of the first (cold) backend call: allocation and first touch included
   std::vector<double> warm_seconds;  // further calls reusing the same, already touched workspace
   double u_acc = 0, u_store = 0;     // unit roundoff of accumulation and storage
+  double eta_acc = 0, eta_store = 0;  // half their subnormals' spacing: the absolute error of rounding into them
   std::string_view precision;        // the storage precision's name
   Accumulate accumulate = Accumulate::fp64;
   BackendTraits traits;              // of the backend that ran

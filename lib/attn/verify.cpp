@@ -182,7 +182,7 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
   const BackwardReport r = gemm_backend().run_backward("fp64", Accumulate::fp64, in, d_out, opt);
   t.grads = r.grads;
   t.kind = TruthKind::fp64_gemm;
-  const GradientBound b = gradient_bounds(in, d_out, t.grads, opt, u, u).worst;
+  const GradientBound b = gradient_bounds(in, d_out, t.grads, opt, u, u, 0x1p-1075, 0x1p-1075).worst;
   t.dq_error = b.dq;
   t.dk_error = b.dk;
   t.dv_error = b.dv;
@@ -195,7 +195,8 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   const RunReport& f = r.forward;
   GradientCheck c;
   c.truth = t.kind;
-  const GradientBounds bounds = gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store);
+  const GradientBounds bounds =
+      gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store);
   c.bound = bounds.worst;
   c.probable = bounds.probable;
   c.failure_probability = bounds.failure_probability;
@@ -205,15 +206,17 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
     own_baseline = baseline_backend().run_backward(f.precision, f.accumulate, f.rounded_inputs, r.rounded_d_out, opt);
     baseline = &own_baseline;
   }
-  const double s = c.bound.scales.score;
+  // A backend that rebuilds P from its saved logsumexp rounds that too.
+  const double s = f.traits.weights_from_lse ? c.bound.scales.score_lse : c.bound.scales.score;
   auto part = [&](std::string_view name, const auto& got, const auto& truth, double worst, double probable,
-                  double truth_error, double cancellation, const auto* base) {
+                  double truth_error, double cancellation, double terms, const auto* base) {
     GradientCheck::Part p;
     p.name = name;
     p.error = compare(got, truth, f.u_store);
     p.tolerance = worst + truth_error;
     p.informative = worst < max_abs(truth);
-    const double floor = 2 * (f.u_acc * (1 + s) + f.u_store) * max_abs(truth) + 2 * f.u_acc * cancellation;
+    const double floor =
+        2 * (f.u_acc * (1 + s) + f.u_store) * max_abs(truth) + 2 * f.u_acc * (terms + cancellation) + 2 * f.eta_store;
     double rule = INFINITY;
     if (base) {
       p.baseline_error = compare(*base, truth, f.u_store).max_abs;
@@ -227,12 +230,12 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   };
   const Gradients<double>* b = baseline ? &baseline->grads : nullptr;
   const GradientScales& g = c.bound.scales;
-  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, g.dq, b ? &b->dq : nullptr);
-  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, g.dk, b ? &b->dk : nullptr);
-  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, 0.0, b ? &b->dv : nullptr);
+  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, g.dq, g.terms_dq, b ? &b->dq : nullptr);
+  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, g.dk, g.terms_dk, b ? &b->dk : nullptr);
+  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, 0.0, g.terms_dv, b ? &b->dv : nullptr);
   if (r.grads.dbias && t.grads.dbias)
     part("dbias", *r.grads.dbias, *t.grads.dbias, c.bound.dbias, c.probable.dbias, t.dbias_error, g.dbias,
-         b && b->dbias ? &*b->dbias : nullptr);
+         g.terms_dbias, b && b->dbias ? &*b->dbias : nullptr);
   else if (opt.need_dbias)
     c.within = c.tight_within = false;  // asked for and not returned
   return c;

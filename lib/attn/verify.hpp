@@ -112,11 +112,21 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
 // a floor, for each gradient; every gradient finite where the truth is. The
 // floor is one rounding of each quantity in each of the two runs:
 // 2 (u_acc (1 + s) + u_store) max|truth| as the forward's (but s the
-// weight-averaged score magnitude, GradientScales::score), plus 2 u_acc
+// weight-averaged score magnitude, GradientScales::score, plus the row's
+// |lse| for a backend that rebuilds P from its saved logsumexp,
+// GradientScales::score_lse: streaming's fp64 dV
+// with fp32 accumulation, n_q = 1, n_kv = 78, failed against naive's exact
+// softmax without it, RapidCheck seed 6), plus 2 u_acc T,
+// T the largest sum of the magnitudes of one gradient element's terms
+// (GradientScales::terms_*: one rounding of each term; max|truth| can be far
+// smaller where the terms cancel: streaming's fp64 dV with fp32
+// accumulation failed against naive's at n_q = 19, logits x 1e-3, without
+// it; RapidCheck seed 3), plus 2 u_acc
 // times the gradient's GradientScales: one rounding of dP and D, which
 // cancel in dP - D (without it, math's fp64 dQ at logits x 10, 1e-17,
 // failed against naive's lucky 4e-19 where dQ itself was 1e-5; property
-// gradients_agree_with_reference, RapidCheck seed 20261129). The saved
+// gradients_agree_with_reference, RapidCheck seed 20261129), plus
+// 2 eta_store (one rounding into the storage's subnormals). The saved
 // output's rounding to storage, which D = dO . O inherits, needs no term:
 // the baseline (naive) forms D from its own saved output the same way.
 struct GradientCheck {
