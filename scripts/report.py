@@ -55,7 +55,7 @@ def require(obj, keys, where):
 def parse_bench_name(name):
     """attn/<backend>/<precision>/causal:<c>/threads:<t>/n:<n>/d:<d> (or n_q:/n_kv:) -> dict."""
     parts = name.split("/")
-    if len(parts) < 7 or parts[0] not in ("attn", "attn_cold", "attn_h8"):
+    if len(parts) < 7 or parts[0] not in ("attn", "attn_cold", "attn_h8", "attn_bwd", "attn_bwd_mem", "attn_fwdbwd"):
         return None
     row = {"family": parts[0], "backend": parts[1], "precision": parts[2]}
     for p in parts[3:]:
@@ -191,7 +191,29 @@ def scaling_report(rows, peak, folder):
     for b, pts in sorted(by_n.items()):
         for n, r in pts:
             lines.append(f"| {b} | {n} | 64 | {1e3 * r['seconds_per_call']:.2f} | {r['FLOP/s'] / 1e9:.1f} |")
-    return "\n".join(lines) + "\n", ["time exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, (e, _) in sorted(fits.items()))]
+    bwd = backward_series(rows)
+    bwd_fits = {b: fit_exponent([n for n, _ in pts], [r["seconds_per_call"] for _, r in pts]) for b, pts in bwd.items()}
+    if bwd:
+        lines += ["", "## The backward pass", "",
+                  "Time of the backward alone (attn_bwd_mem: B = H = 1, fp32, d = 64, 1 thread) against n; fitted "
+                  "exponents: " + "; ".join(f"{b} {e:.2f} over n = {bwd[b][0][0]} ... {bwd[b][-1][0]}"
+                                            for b, e in sorted(bwd_fits.items())) + ".", "",
+                  "| backend | n | ms per backward | GFLOP/s (2.5x the forward's FLOPs) |", "|---|---:|---:|---:|"]
+        for b, pts in sorted(bwd.items()):
+            for n, r in pts:
+                lines.append(f"| {b} | {n} | {1e3 * r['seconds_per_call']:.2f} | {r['FLOP/s'] / 1e9:.1f} |")
+    return "\n".join(lines) + "\n", ["time exponent in n: " + ", ".join(f"{b} {e:.2f}" for b, (e, _) in sorted(fits.items()))
+                                      + ("; backward: " + ", ".join(f"{b} {e:.2f}" for b, e in sorted(bwd_fits.items()))
+                                         if bwd else "")]
+
+
+def backward_series(rows):
+    """{backend: [(n, row)]} of the backward's memory series (attn_bwd_mem), sorted by n."""
+    out = {}
+    for r in rows:
+        if r["family"] == "attn_bwd_mem" and "n" in r:
+            out.setdefault(r["backend"], []).append((r["n"], r))
+    return {b: sorted(v, key=lambda t: t[0]) for b, v in out.items()}
 
 
 def backends_with(bench, **traits):
@@ -345,9 +367,65 @@ def performance_report(rows, peak, bench, torch, folder):
                   "Peak heap of one cold call less the returned output tensor.", "",
                   "| n | peak extra heap |", "|---:|---:|"]
         lines += [f"| {n} | {fmt_bytes(m)} |" for n, m in mem]
+    lines += backward_performance(rows, fused, fp32_peak, target)
     missed = [f"{w}: {v} ({k})" for w, v, _, k in targets if k in ("MISSED", "instrument error")]
     return "\n".join(lines) + "\n", (["performance targets missed: " + ("; ".join(missed) if missed else "none")]
                                       + [f"INSTRUMENT ERROR (attn-lab peak): {e}" for e in peak.get("instrument_errors", [])])
+
+
+def backward_performance(rows, fused, fp32_peak, target):
+    """The backward pass's targets (issue 18; appended to the target table through `target`) and the table of every
+    attn_bwd / attn_fwdbwd run. FLOPs: 2.5x the forward's (FlashAttention-2's count), 3.5x for forward + backward."""
+    bwd = [r for r in rows if r["family"] in ("attn_bwd", "attn_fwdbwd")]
+    if not bwd:
+        return ["", "## The backward pass", "", "not measured in this run (no attn_bwd benchmarks)."]
+    n8 = max(r["n"] for r in bwd if r["family"] == "attn_bwd")  # the targets' n (4096 in the quick profile)
+    at = {(r["backend"], r["precision"], r["causal"], r["threads"], r["d"]): r for r in bwd
+          if r["family"] == "attn_bwd" and r["n"] == n8}
+    get = at.get
+    rate = lambda key: at[key]["FLOP/s"] / 1e9 if key in at else None
+    pct = lambda v: f"{100 * v:.0f}%"
+    ratio = lambda v: f"{v:.4f}x"
+    for d, need in ((128, 0.50), (64, 0.40)):
+        g = rate((fused, "fp32", 0, 1, d))
+        target(f"backward: {fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak (2.5x forward FLOPs)",
+               g and g / fp32_peak, f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
+               lambda v, need=need: need <= v <= 1.0)
+    for d in (64, 128):
+        one, two = rate((fused, "fp32", 0, 1, d)), rate((fused, "fp32", 0, 2, d))
+        target(f"backward: {fused} fp32, d = {d}: 2 threads over 1", one and two and two / one, ">= 1.80x", ratio,
+               lambda v: v >= 1.8)
+    for d in (64, 128):
+        full, causal = get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 1, 1, d))
+        target(f"backward: {fused} fp32, d = {d}: causal speed-up (time ratio)",
+               full and causal and full["seconds_per_call"] / causal["seconds_per_call"], ">= 1.80x", ratio,
+               lambda v: v >= 1.8)
+    mem = backward_series(rows)
+    if fused in mem:
+        full_model = max(r["workspace_model_bytes"] for _, r in mem[fused])
+        full = [(n, r["peak_extra_heap_bytes"]) for n, r in mem[fused] if r["workspace_model_bytes"] == full_model]
+        lo, hi = min(m for _, m in full), max(m for _, m in full)
+        target(f"backward: {fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
+               hi / lo if lo else None, "independent of n (<= 1.05x)", ratio, lambda v: v <= 1.05)
+    for b, pts in sorted(mem.items()):
+        if b == fused or len(pts) < 2:
+            continue
+        e = fit_exponent([n for n, _ in pts], [r["peak_extra_heap_bytes"] for _, r in pts])
+        target(f"backward: {b} peak extra heap, fitted exponent in n over n = {pts[0][0]} ... {pts[-1][0]}", e,
+               "grows as n^2 (>= 1.8)", lambda v: f"{v:.2f}", lambda v: v >= 1.8)
+    lines = ["", "## The backward pass: every attn_bwd and attn_fwdbwd run", "",
+             "FLOPs counted as the FlashAttention-2 paper counts them: the backward is 2.5x the forward (five matrix "
+             "products of 2 n_q n_kv d per head), forward + backward 3.5x; halved for causal. The backward's forward "
+             "state (output, logsumexp) is prepared outside its timing.", "",
+             "| family | backend | precision | causal | threads | n | d | ms per call | GFLOP/s | of fp32 peak "
+             "(threads x 1-thread) | peak extra heap |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(bwd, key=lambda r: (r["family"], r["backend"], r["precision"], r["causal"], r["threads"], r["n"],
+                                        r["d"])):
+        g = r["FLOP/s"] / 1e9
+        lines.append(f"| {r['family']} | {r['backend']} | {r['precision']} | {r['causal']} | {r['threads']} | {r['n']} "
+                     f"| {r['d']} | {1e3 * r['seconds_per_call']:.1f} | {g:.1f} | {of_peak(g, r['threads'] * fp32_peak)}"
+                     f" | {fmt_bytes(r['peak_extra_heap_bytes'] or 0)} |")
+    return lines
 
 
 def memory_report(rows, folder):
@@ -378,7 +456,35 @@ def memory_report(rows, folder):
     for b, pts in sorted(by_n.items()):
         for n, r in pts:
             lines.append(f"| {b} | {n} | {fmt_bytes(r['peak_heap_bytes'])} | {fmt_bytes(r['workspace_model_bytes'])} |")
-    return "\n".join(lines) + "\n", ["peak-memory exponent in n: " + ", ".join(f"{b} {m:.2f}" for b, (m, _) in sorted(fits.items()))]
+    bwd = backward_series(rows)
+    bwd_fits = {}
+    if bwd:
+        fig, ax = plt.subplots(figsize=(6.4, 4.4))
+        for b, pts in sorted(bwd.items()):
+            ns = [n for n, _ in pts]
+            extra = [r["peak_extra_heap_bytes"] for _, r in pts]
+            bwd_fits[b] = (fit_exponent(ns, extra), fit_exponent(ns, [r["workspace_model_bytes"] for _, r in pts]))
+            line, = ax.loglog(ns, extra, "o-", label=f"{b} backward measured (exponent {bwd_fits[b][0]:.2f})")
+            ax.loglog(ns, [r["workspace_model_bytes"] for _, r in pts], "--", color=line.get_color(), lw=0.9,
+                      label=f"{b} backward workspace model")
+        ax.set_xlabel("n")
+        ax.set_ylabel("bytes")
+        ax.set_title("backward: peak extra heap of one call vs n (fp32, d = 64)")
+        ax.legend(fontsize=7)
+        f2 = savefig(fig, folder, "memory_backward_n.svg")
+        lines += ["", "## The backward pass", "", f"![backward memory vs n]({f2})", "",
+                  "Peak heap of one backward call on a fresh workspace, less the gradients it returns (dQ, dK, dV), "
+                  "against the backend's workspace model: the math backward holds P and dS of a head (2 n^2 values), "
+                  "the streaming backward its tiles only. Fitted exponents in n: "
+                  + "; ".join(f"{b} {m:.2f} (model {w:.2f})" for b, (m, w) in sorted(bwd_fits.items())) + ".", "",
+                  "| backend | n | peak extra heap | workspace model |", "|---|---:|---:|---:|"]
+        for b, pts in sorted(bwd.items()):
+            for n, r in pts:
+                lines.append(f"| {b} | {n} | {fmt_bytes(r['peak_extra_heap_bytes'] or 0)} | "
+                             f"{fmt_bytes(r['workspace_model_bytes'])} |")
+    return "\n".join(lines) + "\n", ["peak-memory exponent in n: " + ", ".join(f"{b} {m:.2f}" for b, (m, _) in sorted(fits.items()))
+                                      + ("; backward: " + ", ".join(f"{b} {m:.2f}" for b, (m, _) in sorted(bwd_fits.items()))
+                                         if bwd_fits else "")]
 
 
 DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "e4m3": "fp32", "e5m2": "fp32"}

@@ -144,6 +144,8 @@ def write_inputs(args, work, rng):
         np.save(os.path.join(work, option(args, "--q")), rng.normal(size=(H, NQ, DK)))
         np.save(os.path.join(work, option(args, "--k")), rng.normal(size=(H, NKV, DK)))
         np.save(os.path.join(work, option(args, "--v")), rng.normal(size=(H, NKV, DV)))
+        if option(args, "--grad-out"):
+            np.save(os.path.join(work, option(args, "--grad-out")), rng.normal(size=(H, NQ, DV)))
         mask = option(args, "--mask", "")
         kind, _, path = mask.partition(":")
         if kind == "bias":
