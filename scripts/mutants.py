@@ -193,7 +193,8 @@ MUTANTS = [
            "math/blocked: scale missing from dK"),
     Mutant("bwd-st-ds-untransposed", ST, "transpose(w.dS, rows, cols, w.T_ij);",
            "std::copy(w.dS, w.dS + rows * cols, w.T_ij);", "streaming: dS used untransposed for dK"),
-    Mutant("bwd-st-causal-off-by-one", ST, "mask_row(p, mask, b, i, j0, cols);", "mask_row(p, mask, b, i, j0 + 1, cols);",
+    Mutant("bwd-st-causal-off-by-one", ST, "mask_row_if_partial(p, mask, b, i, j0, cols);",
+           "mask_row_if_partial(p, mask, b, i, j0 + 1, cols);",
            "streaming: the recomputed tile masked one key off"),
     Mutant("bwd-st-dq-storage", ST, "T::pv(w.dS, K_vals, dq + r0 * d_k, rows, cols, d_k);",
            "T::pv(w.dS, K_vals, dq + r0 * d_k, rows, cols, d_k);\n"

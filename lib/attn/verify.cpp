@@ -182,7 +182,7 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
   const BackwardReport r = gemm_backend().run_backward("fp64", Accumulate::fp64, in, d_out, opt);
   t.grads = r.grads;
   t.kind = TruthKind::fp64_gemm;
-  const GradientBound b = gradient_bounds(in, d_out, t.grads, opt, u, u, 0x1p-1075, 0x1p-1075).worst;
+  const GradientBound b = gradient_bounds(in, d_out, t.grads, opt, u, u, 0x1p-1074, 0x1p-1074).worst;
   t.dq_error = b.dq;
   t.dk_error = b.dk;
   t.dv_error = b.dv;
