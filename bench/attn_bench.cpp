@@ -266,14 +266,6 @@ Options options_of(const Point& pt) {
   return opt;
 }
 
-// A random upstream gradient dO of the output's shape (fixed seed).
-xt::xtensor<double, 4> random_d_out(const Shape& s, std::uint64_t seed) {
-  NormalStream normal(seed);
-  auto t = xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_v});
-  for (double& x : t) x = normal.next();
-  return t;
-}
-
 // The forward benchmark's preparation: one cold call watched and verified at the benchmark's own shape.
 void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
   const Accumulate acc = p.default_accumulate;

@@ -13,7 +13,7 @@ import tempfile
 
 COUNTERS = ["seconds_per_call", "FLOP/s", "qkvo_bytes/s", "workspace_model_bytes", "peak_heap_bytes",
             "peak_extra_heap_bytes", "max_abs_error", "error_bound", "error_ref_digits", "blas_threads"]
-NAME = re.compile(r"^attn(_cold|_h8)?/[a-z]+/(fp64|fp32|bf16|fp16)/causal:[01]/threads:[12]/"
+NAME = re.compile(r"^attn(_cold|_h8|_bwd|_bwd_mem|_fwdbwd)?/[a-z]+/(fp64|fp32|bf16|fp16)/causal:[01]/threads:[12]/"
                   r"(n:\d+|n_q:\d+/n_kv:\d+)/d:\d+$")
 
 

@@ -17,6 +17,7 @@
 #include "attn/random.hpp"
 #include "attn/registry.hpp"
 #include "attn/verify.hpp"
+#include "test_problems.hpp"
 
 namespace attn {
 namespace {
@@ -29,24 +30,6 @@ struct Problem {
   double logit_scale = 1.0;
   bool wide_formats_only = false;  // logits beyond what bf16/fp16 products can hold
 };
-
-xt::xtensor<double, 2> alibi_bias(std::size_t n_q, std::size_t n_kv, double slope) {
-  auto bias = xt::xtensor<double, 2>::from_shape({n_q, n_kv});
-  for (std::size_t i = 0; i < n_q; ++i)
-    for (std::size_t j = 0; j < n_kv; ++j) {
-      const double dist = double(i + n_kv - n_q) - double(j);
-      bias(i, j) = dist < 0 ? -std::numeric_limits<double>::infinity() : -slope * dist;
-    }
-  return bias;
-}
-
-xt::xtensor<std::uint8_t, 2> random_allowed(std::size_t n_q, std::size_t n_kv, std::uint64_t seed) {
-  NormalStream normal(seed);
-  auto allowed = xt::xtensor<std::uint8_t, 2>::from_shape({n_q, n_kv});
-  for (auto& a : allowed) a = normal.next() > -0.3;
-  for (std::size_t j = 0; j < n_kv; ++j) allowed(1, j) = 0;  // one fully masked row
-  return allowed;
-}
 
 std::vector<Problem> problems() {
   return {

@@ -414,13 +414,6 @@ struct BackwardRun {
   BackwardReport r;
 };
 
-xt::xtensor<double, 4> random_d_out(const Shape& s, std::uint64_t seed) {
-  NormalStream normal(seed);
-  auto t = xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_v});
-  for (double& x : t) x = normal.next();
-  return t;
-}
-
 double max_abs_of(const auto& t) {
   double m = 0;
   for (double x : t) m = std::max(m, std::fabs(x));

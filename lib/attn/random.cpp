@@ -39,6 +39,13 @@ double NormalStream::next() {
   return r * std::cos(2 * std::numbers::pi * u2);
 }
 
+xt::xtensor<double, 4> random_d_out(const Shape& s, std::uint64_t seed) {
+  NormalStream normal(seed);
+  auto t = xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_v});
+  for (double& x : t) x = normal.next();
+  return t;
+}
+
 Inputs<double> random_inputs(const Shape& s, std::uint64_t seed, double logit_scale) {
   NormalStream normal(seed);
   Inputs<double> in{xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_k}),

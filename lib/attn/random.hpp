@@ -13,6 +13,10 @@ namespace attn {
 // default-scaled scores q.k / sqrt(d_k) have standard deviation logit_scale.
 Inputs<double> random_inputs(const Shape& s, std::uint64_t seed, double logit_scale = 1.0);
 
+// An upstream gradient dO for the backward pass: iid N(0, 1) entries of the
+// output's shape [B, H, n_q, d_v].
+xt::xtensor<double, 4> random_d_out(const Shape& s, std::uint64_t seed);
+
 // A stream of N(0, 1) samples, reproducible from its seed.
 class NormalStream {
  public:

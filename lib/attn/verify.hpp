@@ -126,7 +126,9 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
 // cancel in dP - D (without it, math's fp64 dQ at logits x 10, 1e-17,
 // failed against naive's lucky 4e-19 where dQ itself was 1e-5; property
 // gradients_agree_with_reference, RapidCheck seed 20261129), plus
-// 2 eta_store (one rounding into the storage's subnormals). The saved
+// 2 eta_store (one rounding into the storage's subnormals). One rounding
+// in one run is not enough: math's fp64 dQ of 1.2 ulp failed against
+// naive's exact one at n_q = 2, n_kv = 5 (seed 4). The saved
 // output's rounding to storage, which D = dO . O inherits, needs no term:
 // the baseline (naive) forms D from its own saved output the same way.
 struct GradientCheck {

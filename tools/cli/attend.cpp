@@ -52,10 +52,7 @@ xt::xtensor<double, 4> d_out_of(const Args& args, const LoadedInputs& loaded) {
   }
   if (!args.has("--random"))
     throw Error("the backward pass needs the upstream gradient: --grad-out dO.npy (or --random inputs, which draw one)");
-  NormalStream normal(args.count("--seed", 0) + 1);
-  auto t = xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_v});
-  for (double& x : t) x = normal.next();
-  return t;
+  return random_d_out(s, args.count("--seed", 0) + 1);
 }
 
 Json gradient_json(const BackwardReport& br, std::size_t peak, const GradientCheck* c) {
