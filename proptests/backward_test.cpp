@@ -256,10 +256,11 @@ TEST(Backward, EveryBackendAgreesWithTheReferenceInEveryPrecision) {
           }
           Options o = opt;
           if (b->traits.tiled) o.block_q = 16, o.block_k = 8;
-          if (any_error)
+          if (any_error) {
             EXPECT_FALSE(verify_backward(worse, o, truth, &base).tight_within)
                 << p.name << " / " << b->name << " " << prec.name
                 << ": an error 10x the largest any backend makes here passes the tight verdict";
+          }
         }
       }
     }
