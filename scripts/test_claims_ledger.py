@@ -114,21 +114,24 @@ def main():
         print("NOTE: shallow clone: the ledger's git history is not available; history checks run on the working copy only")
     print(f"{len(ledger['claims'])} ledger entries, {len(code)} experiments, {len(past)} committed versions of the ledger")
 
-    # The checks can fail: doctored copies.
+    # The checks can fail: doctored copies, each of an entry with its experiment
+    # committed and its pre-registration not claimed (entries registered ahead
+    # of their code have neither).
+    first = next(i for i, e in enumerate(ledger["claims"]) if e["id"] in code and not e.get("preregistered"))
     doctored = json.loads(json.dumps(ledger))
-    doctored["claims"][0]["criterion"] += " (quietly loosened)"
+    doctored["claims"][first]["criterion"] += " (quietly loosened)"
     checks.record(any("without a revision" in p or "last revision" in p
                       for p in problems(doctored, past + [("HEAD", ledger)], code)),
                   "a criterion changed without a revision is caught")
     doctored = json.loads(json.dumps(ledger))
-    doctored["claims"] = doctored["claims"][1:]
+    del doctored["claims"][first]
     checks.record(any("has no ledger entry" in p for p in problems(doctored, [], code)),
                   "an experiment without an entry is caught")
     doctored = json.loads(json.dumps(ledger))
-    doctored["claims"][0]["preregistered"] = True
+    doctored["claims"][first]["preregistered"] = True
     if not shallow:
         checks.record(preregistration(doctored, code) != [],
-                      f"an entry committed with its code ({doctored['claims'][0]['id']}) does not pass as pre-registered")
+                      f"an entry committed with its code ({doctored['claims'][first]['id']}) does not pass as pre-registered")
 
     # The ledger itself.
     for p in problems(ledger, past, code):
