@@ -107,6 +107,10 @@ Outcome at_most(const RatioInterval& r, double threshold);
 void alternate_timings(std::size_t rounds, const std::function<std::vector<double>()>& a,
                        const std::function<std::vector<double>()>& b, std::vector<double>& ta, std::vector<double>& tb);
 
+// Least-squares slope of log y against log x: the exponent of a power law
+// y ~ x^e fitted on log-log axes (every x, y > 0).
+double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);
+
 // True when cfg can measure the heap; otherwise sets v inconclusive, saying why.
 bool heap_measurable(const Config& cfg, Verdict& v);
 Json to_json(const Claim& c, const Verdict& v, double seconds);

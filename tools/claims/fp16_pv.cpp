@@ -13,19 +13,6 @@ Verdict fp16_pv_accumulation(const Config& cfg);
 ATTN_CLAIM(.id = "fp16-pv", .run = fp16_pv_accumulation)
 
 
-namespace {
-// Least-squares slope of log y against log x.
-double exponent(const std::vector<double>& x, const std::vector<double>& y) {
-  double mx = 0, my = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) mx += std::log(x[i]) / double(x.size()), my += std::log(y[i]) / double(x.size());
-  double sxy = 0, sxx = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    sxy += (std::log(x[i]) - mx) * (std::log(y[i]) - my);
-    sxx += (std::log(x[i]) - mx) * (std::log(x[i]) - mx);
-  }
-  return sxy / sxx;
-}
-}  // namespace
 
 Verdict fp16_pv_accumulation(const Config& cfg) {
   Verdict v;
@@ -62,7 +49,7 @@ Verdict fp16_pv_accumulation(const Config& cfg) {
   }
   v.plots.push_back({"max |P V error| by accumulation", "n (keys)", "max abs error", true, true, ns,
                      {{"fp16 accumulation", e16}, {"fp32 accumulation", e32}}});
-  const double x16 = exponent(ns, e16), x32 = exponent(ns, e32);
+  const double x16 = loglog_slope(ns, e16), x32 = loglog_slope(ns, e32);
   v.figures.push_back({"exponent fp16", x16});
   v.figures.push_back({"exponent fp32", x32});
   bool tenfold = true;

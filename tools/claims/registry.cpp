@@ -112,6 +112,18 @@ void alternate_timings(std::size_t rounds, const std::function<std::vector<doubl
   }
 }
 
+double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {
+  if (x.size() != y.size() || x.size() < 2) throw Error("loglog_slope: needs two or more (x, y) pairs");
+  double mx = 0, my = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) mx += std::log(x[i]) / double(x.size()), my += std::log(y[i]) / double(x.size());
+  double sxy = 0, sxx = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    sxy += (std::log(x[i]) - mx) * (std::log(y[i]) - my);
+    sxx += (std::log(x[i]) - mx) * (std::log(x[i]) - mx);
+  }
+  return sxy / sxx;
+}
+
 bool heap_measurable(const Config& cfg, Verdict& v) {
   if (cfg.heap_reset && cfg.heap_peak_growth) return true;
   v.outcome = Outcome::inconclusive;
