@@ -508,19 +508,21 @@ def accuracy_report(acc, folder):
     def relative(q):  # max |O - truth| / max |truth|
         return max(q["max_abs_over_u"] * q["u_store"], 1e-300) if "max_abs_over_u" in q else max(q["max_abs"], 1e-300)
 
-    def panels(name, x, xlabel, **fixed):
-        """One panel per precision (default accumulation), one line per backend, y = relative error."""
+    def panels(name, x, xlabel, points=pts, y=relative, ylabel="max |O - truth| / max |truth|", **fixed):
+        """One panel per precision (default accumulation), one line per backend, y(point) against x."""
         fig, axes = plt.subplots(1, len(precisions), figsize=(3.2 * len(precisions), 3.6), squeeze=False)
         for ax, prec in zip(axes[0], precisions):
             for b in backends:
-                s = sorted(pick(backend=b, precision=prec, accumulate=DEFAULT_ACC[prec], **fixed), key=lambda q: q[x])
+                s = sorted((q for q in points if q["backend"] == b and q["precision"] == prec
+                            and q["accumulate"] == DEFAULT_ACC[prec] and all(q.get(k) == v for k, v in fixed.items())),
+                           key=lambda q: q[x])
                 if s:
-                    ax.loglog([q[x] for q in s], [relative(q) for q in s], "o-", label=b, ms=3)
+                    ax.loglog([q[x] for q in s], [y(q) for q in s], "o-", label=b, ms=3)
             u = next(q["u_store"] for q in pts if q["precision"] == prec)
             ax.axhline(u, color="k", lw=0.8, ls=":", label=f"u = {u:.2g}")
             ax.set_title(f"{prec} (accumulate {DEFAULT_ACC[prec]})", fontsize=9)
             ax.set_xlabel(xlabel)
-        axes[0][0].set_ylabel("max |O - truth| / max |truth|")
+        axes[0][0].set_ylabel(ylabel)
         axes[0][0].legend(fontsize=7)
         return savefig(fig, folder, name)
 
@@ -585,8 +587,65 @@ def accuracy_report(acc, folder):
                                  + (f"{rw[len(rw) // 2]:.3g}" if rw else "-") + " | "
                                  f"{sum(1 for q in g if q.get('within_tight') is False)} | "
                                  f"{sum(1 for q in g if q.get('within') is False)} |")
+    grads = acc.get("gradient_points", [])
+    if grads:
+        lines += gradient_section(grads, precisions, panels)
     return "\n".join(lines) + "\n", ["largest error at unit logits (d = 64, no mask): "
                                       + ", ".join(f"{p} {w['max_abs']:.2g}" for p, w in worst.items())]
+
+
+def gradient_section(grads, precisions, panels):
+    """The backward pass's part of the accuracy report: gradient error against n and the logit
+    scale (figures), and per precision, policy and gradient the error and each verdict's headroom."""
+    for q in grads:
+        require(q, ["backend", "precision", "accumulate", "n", "d", "mask", "logit_scale", "gradient", "relative",
+                    "max_abs", "bound", "tight_tolerance", "within", "within_tight"], "accuracy.json gradient point")
+    # One point per (backend, precision, policy, problem): the largest relative error of dQ, dK, dV.
+    merged = {}
+    for q in grads:
+        key = tuple(q[k] for k in ("backend", "precision", "accumulate", "n", "d", "mask", "logit_scale"))
+        if key not in merged or q["relative"] > merged[key]["relative"]:
+            merged[key] = q
+    worst = list(merged.values())
+    gprecisions = [p for p in precisions if any(q["precision"] == p for q in grads)]
+    ylabel = "max over dQ, dK, dV of max |g - truth| / max |truth|"
+    f1 = panels("accuracy_grad_n.svg", "n", "n", points=worst, y=lambda q: max(q["relative"], 1e-300),
+                ylabel=ylabel, mask="none", logit_scale=1, d=64)
+    scales = {}
+    for q in grads:
+        scales.setdefault(q["n"], set()).add(q["logit_scale"])
+    n_scale = max(n for n, s in scales.items() if len(s) == max(len(t) for t in scales.values()))
+    f2 = panels("accuracy_grad_scale.svg", "logit_scale", "logit scale", points=worst,
+                y=lambda q: max(q["relative"], 1e-300), ylabel=ylabel, mask="none", n=n_scale, d=64)
+    lines = ["", "## The backward pass", "",
+             f"![gradient error vs n]({f1})", "",
+             "The gradients dQ, dK, dV of every backend with a backward pass, dO ~ N(0, 1) (seed 2000 + the "
+             "problem's index), against `gradient_truth()`: the 50-digit reference backward where affordable, "
+             "else the math backward in fp64 with its bound (each point's `reference` says which). Each point is "
+             "the largest of the three relative errors max |g - truth| / max |truth|; d = 64, no mask, unit "
+             "logits, each precision at its default accumulation.", "",
+             f"![gradient error vs logit scale]({f2})", "",
+             f"At n = {n_scale}, against the logit scale. Per precision, policy and gradient over every problem "
+             "(err/tight: the error over verify_backward()'s tight tolerance, min(probabilistic bound, 2x the "
+             "baseline's error + the floor); err/worst: over the worst-case bound of metrics.hpp):", "",
+             "| precision | accumulate | gradient | points | median relative | max relative | median err/tight | "
+             "max err/tight | median err/worst | failed tight | failed worst-case |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for prec in gprecisions:
+        for a in ("fp64", "fp32", "storage"):
+            for g in ("dq", "dk", "dv"):
+                s = [q for q in grads if q["precision"] == prec and q["accumulate"] == a and q["gradient"] == g]
+                if not s:
+                    continue
+                rel = sorted(q["relative"] for q in s)
+                rt = sorted(q["max_abs"] / q["tight_tolerance"] for q in s if q["tight_tolerance"] > 0)
+                rw = sorted(q["max_abs"] / q["bound"] for q in s if q["bound"] > 0)
+                med = lambda xs: f"{xs[len(xs) // 2]:.3g}" if xs else "-"
+                lines.append(f"| {prec} | {a} | {g} | {len(s)} | {med(rel)} | {rel[-1]:.3g} | {med(rt)} | "
+                             + (f"{rt[-1]:.3g}" if rt else "-") + f" | {med(rw)} | "
+                             f"{sum(1 for q in s if q['within_tight'] is False)} | "
+                             f"{sum(1 for q in s if q['within'] is False)} |")
+    return lines
 
 
 def entropy_report(ent, folder):

@@ -49,7 +49,21 @@ def synthetic(folder):
                         points.append({"backend": b, "precision": prec, "accumulate": acc, "n": n, "d": 64,
                                        "mask": "none", "logit_scale": scale, "max_abs": u * n ** 0.5 * scale ** 0.5,
                                        "u_store": u})
-    accuracy = {"kind": "accuracy", "points": points}
+    # Gradient points: relative error u sqrt(n) for every gradient, streaming's dk 4x beyond its tight tolerance at n = 256.
+    gradient_points = []
+    for b in ("naive", "streaming"):
+        for prec, u in (("fp32", 2**-24), ("bf16", 2**-8)):
+            for n in (16, 64, 256):
+                for scale in (1, 10):
+                    for g in ("dq", "dk", "dv"):
+                        err = u * n ** 0.5
+                        tight = err / 4 if (b, g, n) == ("streaming", "dk", 256) else 2 * err
+                        gradient_points.append({"backend": b, "precision": prec, "accumulate": "fp32", "n": n, "d": 64,
+                                                "mask": "none", "logit_scale": scale, "gradient": g, "max_abs": err,
+                                                "relative": err, "u_store": u, "bound": 100 * err,
+                                                "tight_tolerance": tight, "within": True,
+                                                "within_tight": err <= tight})
+    accuracy = {"kind": "accuracy", "points": points, "gradient_points": gradient_points}
     entropy = {"kind": "entropy", "draws": 100, "keys": 10,
                "rows": [{"d": d, "raw_mean": 2.0 / d ** 0.5, "raw_se": 0.01, "scaled_mean": 1.93, "scaled_se": 0.005,
                          "var_qk": float(d), "var_qk_scaled": 1.0} for d in (8, 32, 128, 512)]}
@@ -101,6 +115,15 @@ class ReportTest(unittest.TestCase):
             self.assertIn("naive 2.00", f.read())
         with open(os.path.join(final, "claims.md")) as f:
             self.assertIn("| toy | **does not hold** | measured 3 > 2 |", f.read())
+        # The backward pass's rows: bf16 dq over 12 points, median sqrt(64) u, largest sqrt(256) u; fp32 dk's
+        # failed tight verdicts are streaming's two at n = 256 (4x its tolerance), and none fails the worst case.
+        for name in ("accuracy_grad_n.svg", "accuracy_grad_scale.svg"):
+            self.assertTrue(os.path.getsize(os.path.join(final, name)) > 0, name)
+        with open(os.path.join(final, "accuracy.md")) as f:
+            text = f.read()
+        self.assertIn("## The backward pass", text)
+        self.assertIn(f"| bf16 | fp32 | dq | 12 | {8 * 2**-8:.3g} | {16 * 2**-8:.3g} | 0.5 | 0.5 | 0.01 | 0 | 0 |", text)
+        self.assertIn(f"| fp32 | fp32 | dk | 12 | {8 * 2**-24:.3g} | {16 * 2**-24:.3g} | 0.5 | 4 | 0.01 | 2 | 0 |", text)
 
     def test_rates_above_the_peak_are_instrument_errors_and_pytorch_is_compared(self):
         # attn_h8 rows: streaming at 120 GFLOP/s on one thread against a probe

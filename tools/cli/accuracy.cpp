@@ -27,7 +27,9 @@ extern const Command accuracy_command = {
     R"(attn-lab accuracy [--profile quick|full] --out FILE.json: every backend (but the exact one)
 x precision x accumulation against the ground truth of verify() (50 digits where affordable)
 over n = 16 ... 1024 (4096 full), d = 64 (16 ... 256), no mask and causal, logit scales 1 ...
-1000, plus emulated FP8 (e4m3, e5m2). Progress on stderr; --force replaces FILE.
+1000, plus emulated FP8 (e4m3, e5m2); the gradients of every backend with a backward pass
+(n <= 256 and n = 1024 at unit logits without a mask; every problem in full) against
+50 digits or fp64 with its bound. Progress on stderr; --force replaces FILE.
 
 examples:
   attn-lab accuracy --profile quick --out accuracy.json

@@ -21,7 +21,10 @@ std::vector<AccuracyProblem> accuracy_problems(const std::string& profile) {
   for (std::size_t d : ds)
     for (std::size_t n : ns)
       for (bool causal : {false, true})
-        for (double scale : {1.0, 10.0, 100.0, 1000.0}) problems.push_back({n, d, causal, scale});
+        for (double scale : {1.0, 10.0, 100.0, 1000.0})
+          // The backward pass's gradients too where they cost seconds (n <= 256, or
+          // unit logits without a mask): quick's n = 1024 problems take ~30 s each.
+          problems.push_back({n, d, causal, scale, profile == "full" || n <= 256 || (scale == 1.0 && !causal)});
   if (profile == "quick")
     for (std::size_t d : {16, 256}) problems.push_back({256, d, false, 1.0});
   return problems;
@@ -62,11 +65,47 @@ Json point(std::string_view backend, std::string_view precision, std::string_vie
           {"finite", check.out.all_finite_where_ref_finite}};
 }
 
+// One JSON point per gradient (dq, dk, dv) of one backend's backward pass:
+// its error against the truth, the worst-case bound, the tight tolerance and
+// the baseline's error, as verify_backward() decided them.
+void gradient_points(Json& out, std::string_view backend, std::string_view precision, std::string_view accumulate,
+                     const AccuracyProblem& pr, const GradientCheck& check, const GradientTruth& truth, double u_store,
+                     double u_acc) {
+  const xt::xtensor<double, 4>* truths[3] = {&truth.grads.dq, &truth.grads.dk, &truth.grads.dv};
+  for (std::size_t k = 0; k < check.parts.size() && k < 3; ++k) {
+    const GradientCheck::Part& part = check.parts[k];
+    double max_ref = 0;
+    for (double x : *truths[k]) max_ref = std::max(max_ref, std::fabs(x));
+    out.push_back({{"backend", backend},
+                   {"precision", precision},
+                   {"accumulate", accumulate},
+                   {"n", pr.n},
+                   {"d", pr.d},
+                   {"mask", pr.causal ? "causal" : "none"},
+                   {"logit_scale", pr.logit_scale},
+                   {"gradient", part.name},
+                   {"reference", truth_name(check.truth)},
+                   {"max_abs", part.error.max_abs},
+                   {"max_truth", max_ref},
+                   {"relative", part.error.max_abs / std::max(max_ref, 1e-300)},
+                   {"u_store", u_store},
+                   {"u_acc", u_acc},
+                   {"bound", part.tolerance},
+                   {"tight_tolerance", part.tight_tolerance},
+                   {"baseline_error", std::isnan(part.baseline_error) ? Json(nullptr) : Json(part.baseline_error)},
+                   {"informative", part.informative},
+                   // This gradient's verdicts (the check's own are over all three).
+                   {"within", part.error.all_finite_where_ref_finite && part.error.max_abs <= part.tolerance},
+                   {"within_tight", part.error.all_finite_where_ref_finite && part.error.max_abs <= part.tight_tolerance},
+                   {"finite", part.error.all_finite_where_ref_finite}});
+  }
+}
+
 }  // namespace
 
 Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress& progress) {
   const auto start = std::chrono::steady_clock::now();
-  Json json = {{"kind", "accuracy"}, {"points", Json::array()}};
+  Json json = {{"kind", "accuracy"}, {"points", Json::array()}, {"gradient_points", Json::array()}};
   for (std::size_t p = 0; p < problems.size(); ++p) {
     const AccuracyProblem& pr = problems[p];
     const Shape shape{1, 1, pr.n, pr.n, pr.d, pr.d};
@@ -90,6 +129,22 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
           const RunReport r = b.traits.baseline ? base : b.run(precision.name, acc, in, opt, {}, 0);
           json["points"].push_back(point(b.name, precision.name, accumulate_name(acc), pr, r.out,
                                          verify(r, opt, truth, &base), truth.result.out, r.u_store, r.u_acc));
+        }
+      }
+      // The backward pass: every backend that has one, dO from seed 2000 + index.
+      if (!pr.backward) continue;
+      const xt::xtensor<double, 4> d_out = random_d_out(shape, 2000 + p);
+      const BackwardReport first =
+          baseline_backend().run_backward(precision.name, precision.default_accumulate, in, d_out, opt);
+      const GradientTruth g_truth = gradient_truth(first.forward.rounded_inputs, first.rounded_d_out, opt);
+      for (Accumulate acc : accumulate_policies()) {
+        if (precision.default_accumulate == Accumulate::fp64 && acc == Accumulate::storage) continue;  // = fp64
+        const BackwardReport base = baseline_backend().run_backward(precision.name, acc, in, d_out, opt);
+        for (const BackendInfo& b : all_backends()) {
+          if (b.traits.exact || !b.has_backward) continue;
+          const BackwardReport r = b.traits.baseline ? base : b.run_backward(precision.name, acc, in, d_out, opt);
+          gradient_points(json["gradient_points"], b.name, precision.name, accumulate_name(acc), pr,
+                          verify_backward(r, opt, g_truth, &base), g_truth, r.forward.u_store, r.forward.u_acc);
         }
       }
     }

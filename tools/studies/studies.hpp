@@ -18,18 +18,23 @@ struct AccuracyProblem {
   std::size_t n = 64, d = 64;  // n_q = n_kv = n, d_k = d_v = d
   bool causal = false;
   double logit_scale = 1;
+  bool backward = false;  // also the gradients (accuracy_sweep's gradient_points)
 };
 
 // "quick": n = 16 ... 1024 at d = 64, none/causal, logit scales 1, 10, 100,
 // 1000, plus d = 16 and 256 at n = 256; "full": n = 16 ... 4096, d = 32,
-// 64, 128. Throws Error for another name.
+// 64, 128. The gradients too: quick at n <= 256 and at n = 1024 with unit
+// logits and no mask, full everywhere. Throws Error for another name.
 std::vector<AccuracyProblem> accuracy_problems(const std::string& profile);
 
 // Every registered backend except the reference, every precision and
 // policy, on each problem (seeded 1000 + index), against the ground truth of
 // the inputs rounded to that precision; plus emulated FP8 (e4m3, e5m2):
 // inputs and output quantised with a power-of-two scale per tensor, the
-// backend computing in fp32. {"kind": "accuracy", "points": [...]}.
+// backend computing in fp32. The backward pass of every backend that has
+// one, where the problem asks: one point per gradient (dq, dk, dv) against
+// gradient_truth() with verify_backward()'s verdicts.
+// {"kind": "accuracy", "points": [...], "gradient_points": [...]}.
 Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress& progress);
 
 struct EntropyRow {
