@@ -32,6 +32,14 @@ std::vector<AccuracyProblem> accuracy_problems(const std::string& profile) {
 
 namespace {
 
+// What every accuracy point starts with: who computed what on which problem.
+Json problem_fields(std::string_view backend, std::string_view precision, std::string_view accumulate,
+                    const AccuracyProblem& pr) {
+  return {{"backend", backend}, {"precision", precision},   {"accumulate", accumulate},
+          {"n", pr.n},          {"d", pr.d},                {"mask", pr.causal ? "causal" : "none"},
+          {"logit_scale", pr.logit_scale}};
+}
+
 // One JSON point: `check` (of one backend's output against the truth) with
 // the error's RMS and size in units of the storage's rounding.
 Json point(std::string_view backend, std::string_view precision, std::string_view accumulate,
@@ -40,14 +48,8 @@ Json point(std::string_view backend, std::string_view precision, std::string_vie
   double max_ref = 0, sum2 = 0;
   for (double x : truth) max_ref = std::max(max_ref, std::fabs(x));
   for (std::size_t i = 0; i < out.size(); ++i) sum2 += (out.data()[i] - truth.data()[i]) * (out.data()[i] - truth.data()[i]);
-  return {{"backend", backend},
-          {"precision", precision},
-          {"accumulate", accumulate},
-          {"n", pr.n},
-          {"d", pr.d},
-          {"mask", pr.causal ? "causal" : "none"},
-          {"logit_scale", pr.logit_scale},
-          {"reference", truth_name(check.truth)},
+  Json j = problem_fields(backend, precision, accumulate, pr);
+  j.update(Json{{"reference", truth_name(check.truth)},
           {"max_abs", check.out.max_abs},
           {"max_rel", check.out.max_rel},
           {"rms", std::sqrt(sum2 / double(out.size()))},
@@ -62,7 +64,8 @@ Json point(std::string_view backend, std::string_view precision, std::string_vie
           {"within_tight", check.tight_within},
           {"informative", check.informative},
           {"within", check.within},
-          {"finite", check.out.all_finite_where_ref_finite}};
+          {"finite", check.out.all_finite_where_ref_finite}});
+  return j;
 }
 
 // One JSON point per gradient (dq, dk, dv) of one backend's backward pass:
@@ -76,14 +79,8 @@ void gradient_points(Json& out, std::string_view backend, std::string_view preci
     const GradientCheck::Part& part = check.parts[k];
     double max_ref = 0;
     for (double x : *truths[k]) max_ref = std::max(max_ref, std::fabs(x));
-    out.push_back({{"backend", backend},
-                   {"precision", precision},
-                   {"accumulate", accumulate},
-                   {"n", pr.n},
-                   {"d", pr.d},
-                   {"mask", pr.causal ? "causal" : "none"},
-                   {"logit_scale", pr.logit_scale},
-                   {"gradient", part.name},
+    Json j = problem_fields(backend, precision, accumulate, pr);
+    j.update(Json{{"gradient", part.name},
                    {"reference", truth_name(check.truth)},
                    {"max_abs", part.error.max_abs},
                    {"max_truth", max_ref},
@@ -98,6 +95,7 @@ void gradient_points(Json& out, std::string_view backend, std::string_view preci
                    {"within", part.error.all_finite_where_ref_finite && part.error.max_abs <= part.tolerance},
                    {"within_tight", part.error.all_finite_where_ref_finite && part.error.max_abs <= part.tight_tolerance},
                    {"finite", part.error.all_finite_where_ref_finite}});
+    out.push_back(std::move(j));
   }
 }
 
