@@ -508,12 +508,14 @@ def accuracy_report(acc, folder):
     def relative(q):  # max |O - truth| / max |truth|
         return max(q["max_abs_over_u"] * q["u_store"], 1e-300) if "max_abs_over_u" in q else max(q["max_abs"], 1e-300)
 
-    def panels(name, x, xlabel, points=pts, y=relative, ylabel="max |O - truth| / max |truth|", **fixed):
-        """One panel per precision (default accumulation), one line per backend, y(point) against x."""
-        fig, axes = plt.subplots(1, len(precisions), figsize=(3.2 * len(precisions), 3.6), squeeze=False)
-        for ax, prec in zip(axes[0], precisions):
+    def panels(name, x, xlabel, points=pts, y=relative, ylabel="max |O - truth| / max |truth|", among=precisions,
+               **fixed):
+        """One panel per precision of `among` (default accumulation), one line per backend, y(point) against x
+        (points with y <= 0, an exact result, are left off the log axis)."""
+        fig, axes = plt.subplots(1, len(among), figsize=(3.2 * len(among), 3.6), squeeze=False)
+        for ax, prec in zip(axes[0], among):
             for b in backends:
-                s = sorted((q for q in points if q["backend"] == b and q["precision"] == prec
+                s = sorted((q for q in points if q["backend"] == b and q["precision"] == prec and y(q) > 0
                             and q["accumulate"] == DEFAULT_ACC[prec] and all(q.get(k) == v for k, v in fixed.items())),
                            key=lambda q: q[x])
                 if s:
@@ -609,21 +611,22 @@ def gradient_section(grads, precisions, panels):
     worst = list(merged.values())
     gprecisions = [p for p in precisions if any(q["precision"] == p for q in grads)]
     ylabel = "max over dQ, dK, dV of max |g - truth| / max |truth|"
-    f1 = panels("accuracy_grad_n.svg", "n", "n", points=worst, y=lambda q: max(q["relative"], 1e-300),
-                ylabel=ylabel, mask="none", logit_scale=1, d=64)
+    f1 = panels("accuracy_grad_n.svg", "n", "n", points=worst, y=lambda q: q["relative"], ylabel=ylabel,
+                among=gprecisions, mask="none", logit_scale=1, d=64)
     scales = {}
     for q in grads:
         scales.setdefault(q["n"], set()).add(q["logit_scale"])
     n_scale = max(n for n, s in scales.items() if len(s) == max(len(t) for t in scales.values()))
-    f2 = panels("accuracy_grad_scale.svg", "logit_scale", "logit scale", points=worst,
-                y=lambda q: max(q["relative"], 1e-300), ylabel=ylabel, mask="none", n=n_scale, d=64)
+    f2 = panels("accuracy_grad_scale.svg", "logit_scale", "logit scale", points=worst, y=lambda q: q["relative"],
+                ylabel=ylabel, among=gprecisions, mask="none", n=n_scale, d=64)
     lines = ["", "## The backward pass", "",
              f"![gradient error vs n]({f1})", "",
              "The gradients dQ, dK, dV of every backend with a backward pass, dO ~ N(0, 1) (seed 2000 + the "
              "problem's index), against `gradient_truth()`: the 50-digit reference backward where affordable, "
              "else the math backward in fp64 with its bound (each point's `reference` says which). Each point is "
              "the largest of the three relative errors max |g - truth| / max |truth|; d = 64, no mask, unit "
-             "logits, each precision at its default accumulation.", "",
+             "logits, each precision at its default accumulation (an exact result, error 0, is left off the log "
+             "axis).", "",
              f"![gradient error vs logit scale]({f2})", "",
              f"At n = {n_scale}, against the logit scale. Per precision, policy and gradient over every problem "
              "(err/tight: the error over verify_backward()'s tight tolerance, min(probabilistic bound, 2x the "
