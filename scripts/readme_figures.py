@@ -108,6 +108,42 @@ def peaks(d):
             f"thread, {p['triad_gbs_all']:.1f} all.")
 
 
+def backward(d):
+    """The backward pass at the issue's target shape and its memory series, from attn_bwd and attn_bwd_mem."""
+    rows, peak, bench = d["rows"], d["peak"], d["bench"]
+    fp32 = peak["fp32_fma_gflops_core"]
+    bwd = {(r["backend"], r["precision"], r["causal"], r["threads"], r["n"], r["d"]): r for r in rows
+           if r["family"] == "attn_bwd"}
+    g = lambda b, c=0, t=1, dd=64, p="fp32": (bwd[(b, p, c, t, 4096, dd)]["FLOP/s"] / 1e9
+                                              if (b, p, c, t, 4096, dd) in bwd else None)
+    lines = [f"Measured in the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `performance.md`, "
+             "`attn_bwd/`): the backward alone, B = 1, H = 8, n = 4096, fp32, GFLOP/s (FLOPs 2.5x the forward's) "
+             f"and fraction of the one-thread fp32 FMA peak of {fp32:.1f} GFLOP/s measured in the same run:", "",
+             "| backend | d = 64 | d = 128 |", "|---|---:|---:|"]
+    backends = sorted({k[0] for k in bwd})
+    for b in backends:
+        cells = [f"{g(b, dd=dd):.1f} ({report.of_peak(g(b, dd=dd), fp32)})" if g(b, dd=dd) else "n/a" for dd in (64, 128)]
+        lines.append(f"| {b}, 1 thread | {cells[0]} | {cells[1]} |")
+    fused = report.backends_with(bench, own_threads=True, memory_independent_of_n=True)[0]
+    if g(fused) and g(fused, t=2):
+        lines.append(f"| {fused}, 2 threads | " + " | ".join(
+            f"{g(fused, t=2, dd=dd):.1f} ({g(fused, t=2, dd=dd) / g(fused, dd=dd):.2f}x)" for dd in (64, 128)) + " |")
+    if g(fused, c=1):
+        # time ratio of non-causal over causal = rate ratio x 2 (causal has half the FLOPs)
+        lines.append(f"| {fused}, causal (halved FLOPs) | " + " | ".join(
+            f"{g(fused, c=1, dd=dd):.1f}, {2 * g(fused, c=1, dd=dd) / g(fused, dd=dd):.2f}x faster than non-causal"
+            for dd in (64, 128)) + " |")
+    mem = {}
+    for r in rows:
+        if r["family"] == "attn_bwd_mem":
+            mem.setdefault(r["backend"], []).append((r["n"], r["peak_extra_heap_bytes"]))
+    if mem:
+        lines += ["", "Peak extra heap of one cold backward call (`attn_bwd_mem/`, B = H = 1, d = 64, fp32): " + "; ".join(
+            f"{b} {report.fmt_bytes(min(pts)[1])} at n = {min(pts)[0]} and {report.fmt_bytes(max(pts)[1])} at n = "
+            f"{max(pts)[0]}" for b, pts in sorted(mem.items())) + "."]
+    return "\n".join(lines)
+
+
 def backend_times(d):
     attn = {(r["backend"], r["n"]): r for r in d["rows"] if r["family"] == "attn" and "n" in r
             and r["precision"] == "fp32" and r["causal"] == 0 and r["threads"] == 1 and r["d"] == 64}
@@ -170,7 +206,7 @@ def mutation(d):
 
 
 BLOCKS = {"runs": runs, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
-          "mutation": mutation}
+          "mutation": mutation, "backward": backward}
 
 
 def render(text, d):
