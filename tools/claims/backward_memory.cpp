@@ -67,7 +67,7 @@ Verdict backward_memory(const Config& cfg) {
   };
   const std::string tail = " n=" + std::to_string(math_max) + " extra bytes";
   std::ostringstream why;
-  why.precision(3);
+  why.precision(4);  // enough digits to show which side of 1.1 and 1.8 an exponent lies
   why << "extra heap beyond the gradients grows with exponent " << slope[1][0] << " (fp32) and " << slope[1][1]
       << " (bf16) for " << both[1]->name << " over n = " << ns.front() << " ... " << ns.back() << ", " << slope[0][0]
       << " and " << slope[0][1] << " for " << both[0]->name << " over n = " << ns.front() << " ... " << math_max
