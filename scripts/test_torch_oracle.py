@@ -198,6 +198,18 @@ def mask_for(kind, B, NQ, NKV, rng, work):
     raise ValueError(kind)
 
 
+def written_inputs(rng, work, shape, rank, precision, grad=False):
+    """Q, K, V (and dO as g.npy when grad) drawn N(0, 1) in that order, representable in `precision`, saved
+    into work/ at the case's rank (leading unit dimensions dropped); returns them at rank 4."""
+    B, H, NQ, NKV, DK, DV = shape
+    shapes = [("q", (B, H, NQ, DK)), ("k", (B, H, NKV, DK)), ("v", (B, H, NKV, DV))] + ([("g", (B, H, NQ, DV))]
+                                                                                   if grad else [])
+    tensors = [representable(rng.normal(size=sh), precision) for _, sh in shapes]
+    for (nm, _), t in zip(shapes, tensors):
+        save(os.path.join(work, nm + ".npy"), t.reshape(t.shape[4 - rank:]) if rank < 4 else t)
+    return tensors
+
+
 def check_attend():
     rng = np.random.default_rng(SEED)
     for name, (B, H, NQ, NKV, DK, DV), rank, kind in attend_cases(rng):
@@ -205,12 +217,8 @@ def check_attend():
             u_s = info["unit_roundoff"]
             u_acc = PRECISIONS[info["default_accumulate"]]["unit_roundoff"]
             with tempfile.TemporaryDirectory() as work:
-                q = representable(rng.normal(size=(B, H, NQ, DK)), precision)
-                k = representable(rng.normal(size=(B, H, NKV, DK)), precision)
-                v = representable(rng.normal(size=(B, H, NKV, DV)), precision)
+                q, k, v = written_inputs(rng, work, (B, H, NQ, NKV, DK, DV), rank, precision)
                 lead = (B, H)[4 - rank:] if rank < 4 else (B, H)
-                for nm, t in (("q", q), ("k", k), ("v", v)):
-                    save(os.path.join(work, nm + ".npy"), t.reshape(t.shape[4 - rank:]) if rank < 4 else t)
                 if rank < 4 and (B, H)[: 4 - rank] != (1,) * (4 - rank):
                     raise ValueError("a lower-rank case needs unit leading dimensions")
                 mask_arg, add = mask_for(kind, B, NQ, NKV, rng, work)
@@ -308,12 +316,7 @@ def check_backward():
             u_s = info["unit_roundoff"]
             u_acc = PRECISIONS[info["default_accumulate"]]["unit_roundoff"]
             with tempfile.TemporaryDirectory() as work:
-                q = representable(rng.normal(size=(B, H, NQ, DK)), precision)
-                k = representable(rng.normal(size=(B, H, NKV, DK)), precision)
-                v = representable(rng.normal(size=(B, H, NKV, DV)), precision)
-                g = representable(rng.normal(size=(B, H, NQ, DV)), precision)
-                for nm, t in (("q", q), ("k", k), ("v", v), ("g", g)):
-                    save(os.path.join(work, nm + ".npy"), t.reshape(t.shape[4 - rank:]) if rank < 4 else t)
+                q, k, v, g = written_inputs(rng, work, (B, H, NQ, NKV, DK, DV), rank, precision, grad=True)
                 mask_arg, add = mask_for(kind, B, NQ, NKV, rng, work)
                 scale = 1 / np.sqrt(DK)
                 dead = ~np.isfinite(add).any(axis=-1)  # [B, 1, NQ]
