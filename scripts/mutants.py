@@ -176,10 +176,7 @@ MUTANTS = [
            "naive: D from P o dP (n_kv terms) accumulated in the storage precision"),
     Mutant("bwd-st-d-storage", ST, "const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);",
            "const A d_i = convert<A>(convert<S>(dot_loops<S>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v)));",
-           "streaming: D = dO . O (d_v terms) accumulated in the storage precision",
-           equivalent="a no-op for fp32 and fp64 storage; for bf16/fp16 D's error (~sqrt(d_v) u_store |dO||O|) "
-                      "reaches dQ, dK about 100x below the gradients' own rounding to storage (estimated, not "
-                      "proved; it survives every --check stage, d_v = 256 in bf16 included)"),
+           "streaming: D = dO . O (d_v terms) accumulated in the storage precision"),
     Mutant("bwd-st-p-unnormalised", ST, "if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);",
            "if (lse > minus_inf) exp_shifted_sum(p, cols, row_max(p, cols), /*simd=*/true);",
            "streaming: P recomputed unnormalised, exp(S - tile max) instead of exp(S - lse)"),
