@@ -64,7 +64,7 @@ std::vector<Problem> problems() {
 exact_t loss(const Inputs<double>& in, const xt::xtensor<double, 4>& g, const Options& opt, const Inputs<double>& dir,
              const exact_t& t, const xt::xtensor<double, 2>* bias_dir = nullptr) {
   const Shape sh = in.shape();
-  const MaskView mask(opt.mask, sh);
+  const MaskView mask(opt, sh);
   const exact_t scale = exact_t(opt.resolved_scale(sh));
   exact_t total = 0;
   std::vector<exact_t> s(sh.n_kv), o(sh.d_v);

@@ -64,7 +64,7 @@ struct MutantBackend {
     // The top-left bug: causal and window masks aligned as if n_kv were n_q.
     const bool top_left = bug == Bug::causal_top_left && (std::holds_alternative<mask::Causal>(opt.mask) ||
                                                           std::holds_alternative<mask::SlidingWindow>(opt.mask));
-    const MaskView mask(opt.mask, top_left ? Shape{sh.batch, sh.heads, sh.n_q, sh.n_q, sh.d_k, sh.d_v} : sh);
+    const MaskView mask(opt, top_left ? Shape{sh.batch, sh.heads, sh.n_q, sh.n_q, sh.d_k, sh.d_v} : sh);
     const double scale = opt.scale ? *opt.scale
                          : bug == Bug::scale_one_over_d ? 1.0 / double(sh.d_k)
                                                         : 1.0 / std::sqrt(double(sh.d_k));

@@ -149,7 +149,7 @@ ATTN_PROPERTY(rows_sum_to_one, "rows sum to 1", 2e6, b, c) {
 ATTN_PROPERTY(masked_weights_are_zero_and_masked_inputs_irrelevant, "masked weights 0, masked inputs irrelevant", 1e6, b, c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const Shape sh = run.in.shape();
-    const MaskView mask(run.opt.mask, sh);
+    const MaskView mask(run.opt, sh);
     for (std::size_t bb = 0; bb < sh.batch; ++bb)
       for (std::size_t h = 0; h < sh.heads; ++h)
         for (std::size_t i = 0; i < sh.n_q; ++i)
@@ -242,7 +242,7 @@ ATTN_PROPERTY(shift_invariant, "shift invariant", 1e6, b, c) {
 ATTN_PROPERTY(outputs_in_convex_hull, "outputs in convex hull", 1e6, b, c) {
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
-    const MaskView mask(run.opt.mask, sh);
+    const MaskView mask(run.opt, sh);
     const double slack = (b.traits.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum) +
                          gamma(double(sh.n_kv) + 2, run.r.u_acc) + run.r.u_store;
     for (std::size_t bb = 0; bb < sh.batch; ++bb)
@@ -506,7 +506,7 @@ ATTN_PROPERTY(gradient_sums, "sum dK = 0, sum dV = sum dO, d(bias) rows sum 0", 
   for_each_backward(b, c, [&](const BackwardRun& run) {
     const Shape sh = run.in.shape();
     const GradientBound bound = probable_bound(run);
-    const MaskView mask(run.opt.mask, sh);
+    const MaskView mask(run.opt, sh);
     const double n = double(sh.n_kv), sum_rounding = gamma(n + double(sh.n_q), 0x1p-53);
     for (std::size_t bb = 0; bb < sh.batch; ++bb)
       for (std::size_t h = 0; h < sh.heads; ++h) {
@@ -570,7 +570,7 @@ ATTN_PROPERTY(gradients_linear_in_d_out, "gradients linear in dO", 2e5, b, c) {
 ATTN_PROPERTY(masked_gradients, "masked gradients 0, dQ_i blind to the future", 3e5, b, c) {
   for_each_backward(b, c, [&](const BackwardRun& run) {
     const Shape sh = run.in.shape();
-    const MaskView mask(run.opt.mask, sh);
+    const MaskView mask(run.opt, sh);
     for (const auto* t : {&run.r.grads.dq, &run.r.grads.dk, &run.r.grads.dv})
       for (double x : *t) RC_ASSERT(std::isfinite(x));
     for (std::size_t bb = 0; bb < sh.batch; ++bb) {

@@ -255,7 +255,9 @@ TEST(ParallelFor, AWorkersExceptionReachesTheCaller) {
 // --- Mask semantics ------------------------------------------------------------------
 
 std::vector<std::pair<std::size_t, std::size_t>> ranges(const Mask& m, const Shape& s, std::size_t b = 0) {
-  MaskView view(m, s);
+  Options opt;
+  opt.mask = m;
+  MaskView view(opt, s);
   std::vector<std::pair<std::size_t, std::size_t>> r;
   for (std::size_t i = 0; i < s.n_q; ++i) r.emplace_back(view.keys(b, i).begin, view.keys(b, i).size());
   return r;

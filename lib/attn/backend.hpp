@@ -25,7 +25,10 @@ struct Result {
 // upstream gradient dO = dL/dO (backward pass, per head):
 //   P = softmax(S), S = scale Q K^T + mask
 //   dV = P^T dO;  dP = dO V^T;  D_i = sum_l dO_il O_il (= sum_j P_ij dP_ij)
-//   dS = P o (dP - D 1^T);  dQ = scale dS K;  dK = scale dS^T Q;  d(bias) = dS
+//   dS = P o (dP - D 1^T);  dQ = scale dS' K;  dK = scale dS'^T Q;  d(bias) = dS
+//   dS' = dS o (1 - (S_cap / c)^2) with soft-capping (S_cap the capped
+//   score), else dS; with grouped K/V heads, dK and dV of a K/V head sum
+//   over its g query heads
 // Masked scores get dS = 0 exactly: a fully masked row has dQ_i = 0, a key
 // no query sees has dK_j = dV_j = 0.
 template <class S>
@@ -34,6 +37,9 @@ struct Gradients {
   // [n_q, n_kv] when Options::need_dbias: the gradient of the additive bias
   // mask, which is broadcast over batch and heads, so the sum of dS over them.
   std::optional<xt::xtensor<double, 2>> dbias;
+  // [H] when Options::sinks: the gradient of each query head's sink logit,
+  // d(sink_h) = -sum over batch and rows i of exp(sink_h - lse_i) D_i.
+  std::optional<xt::xtensor<double, 1>> dsinks;
   std::size_t workspace_bytes = 0;  // scratch the backward call allocated
 };
 

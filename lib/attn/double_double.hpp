@@ -69,5 +69,10 @@ inline dd log(dd x) {
   if (!std::isfinite(l)) return dd(l);
   return dd_detail::two_sum(l, x.lo / x.hi);
 }
+// tanh(hi + lo) = tanh(hi) + lo (1 - tanh(hi)^2): double's tanh, lo to first order.
+inline dd tanh(dd x) {
+  const double t = std::tanh(x.hi);
+  return dd_detail::fast_two_sum(t, x.lo * (1 - t * t));
+}
 
 }  // namespace attn

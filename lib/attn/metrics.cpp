@@ -7,6 +7,8 @@
 
 #include <cblas.h>
 
+#include "attn/simd.hpp"
+
 namespace attn {
 
 template <std::size_t N>
@@ -35,6 +37,7 @@ ErrorStats compare(const xt::xtensor<double, N>& got, const xt::xtensor<double, 
 template ErrorStats compare(const xt::xtensor<double, 3>&, const xt::xtensor<double, 3>&, double);
 template ErrorStats compare(const xt::xtensor<double, 4>&, const xt::xtensor<double, 4>&, double);
 template ErrorStats compare(const xt::xtensor<double, 2>&, const xt::xtensor<double, 2>&, double);
+template ErrorStats compare(const xt::xtensor<double, 1>&, const xt::xtensor<double, 1>&, double);
 
 double max_row_sum_error(const xt::xtensor<double, 4>& w) {
   const std::size_t n_kv = w.shape(3), rows = w.size() / n_kv;
@@ -71,14 +74,21 @@ namespace {
 // estimate, and the problem's sizes.
 struct Magnitudes {
   double score_mag = 0, max_v = 0, max_lse = 0;
-  double n_kv = 1, d_k = 1, outputs = 1;
+  double n_kv = 1, d_k = 1, outputs = 1;  // n_kv: terms of a row's softmax (keys, and the sink)
+  // Roundings of a score beyond the d_k + 4 of scale q.k + bias, each at most
+  // u_acc |score magnitude|: soft-capping's division, tanh (softcap_tanh_ulps),
+  // product and the rounding of c to A (with tanh' <= 1 the raw score's
+  // error passes through undamped at worst): 3 + tanh's; ALiBi's conversion to A and addition: 2.
+  double extra_roundings = 0;
 };
 
 Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
   const Shape sh = in.shape();
-  const MaskView mask(opt.mask, sh);
-  const double scale = std::fabs(opt.resolved_scale(sh));
+  const MaskView mask(opt, sh);
+  const double signed_scale = opt.resolved_scale(sh), scale = std::fabs(signed_scale);
+  const double inf = std::numeric_limits<double>::infinity();
   double score_mag = 0, max_v = 0, max_lse = 0;
+  const double terms = double(sh.n_kv) + (mask.has_sinks() ? 1 : 0);
   // Q K^T and |Q| |K|^T as GEMMs (in blocks of query rows: the bound costs
   // two fp64 GEMMs, not a scalar triple loop). |Q| |K|^T is a sum of
   // non-negative terms, so its computed value is within a factor
@@ -88,41 +98,46 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
   std::vector<double> abs_q(block * d), abs_k(n_kv * d), dots(block * n_kv), mags(block * n_kv);
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
-      const double* k = &in.k(b, h, 0, 0);
+      const double* k = &in.k(b, h / sh.group(), 0, 0);
+      const double sink = mask.sink(h);
+      if (std::isfinite(sink)) score_mag = std::max(score_mag, std::fabs(sink));
       for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]);
       for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
         const std::size_t rows = std::min(block, sh.n_q - i0);
         const double* q = &in.q(b, h, i0, 0);
         for (std::size_t x = 0; x < rows * d; ++x) abs_q[x] = std::fabs(q[x]);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), 1.0, q, int(d), k, int(d), 0.0,
-                    dots.data(), int(n_kv));
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), signed_scale, q, int(d), k,
+                    int(d), 0.0, dots.data(), int(n_kv));
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), 1.0, abs_q.data(), int(d),
                     abs_k.data(), int(d), 0.0, mags.data(), int(n_kv));
         for (std::size_t r = 0; r < rows; ++r) {
           const std::size_t i = i0 + r;
-          const auto keys = mask.keys(b, i);
-          double row_max = -std::numeric_limits<double>::infinity();
-          for (std::size_t j = keys.begin; j < keys.end; ++j) {
-            const double bias = mask.elementwise() ? mask.offset(i, j) : 0.0;
-            if (std::isinf(bias)) continue;  // masked
-            score_mag = std::max(score_mag, scale * mags[r * n_kv + j] * mag_up + std::fabs(bias));
-            row_max = std::max(row_max, scale * dots[r * n_kv + j] + bias);
+          double* score = dots.data() + r * n_kv;
+          mask.apply(score, b, h, i, 0, n_kv);  // the final scores, -inf where masked
+          double row_max = sink;
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            if (score[j] == -inf) continue;  // masked
+            const double added = std::fabs(mask.alibi(h, i, j)) + std::fabs(mask.offset(i, j));
+            score_mag = std::max(score_mag, scale * mags[r * n_kv + j] * mag_up + added);
+            row_max = std::max(row_max, score[j]);
           }
-          if (std::isfinite(row_max))
-            max_lse = std::max(max_lse, std::fabs(row_max) + std::log(double(sh.n_kv)));
+          if (std::isfinite(row_max)) max_lse = std::max(max_lse, std::fabs(row_max) + std::log(terms));
         }
       }
     }
   for (double x : in.v) max_v = std::max(max_v, std::fabs(x));
-  return {score_mag, max_v, max_lse, double(sh.n_kv), double(sh.d_k),
-          double(sh.batch * sh.heads * sh.n_q) * double(std::max(sh.d_v, sh.n_kv))};
+  Magnitudes m{score_mag, max_v, max_lse, terms, double(sh.d_k),
+               double(sh.batch * sh.heads * sh.n_q) * double(std::max(sh.d_v, sh.n_kv))};
+  if (opt.softcap) m.extra_roundings += 3 + softcap_tanh_ulps;
+  if (opt.alibi_slopes) m.extra_roundings += 2;
+  return m;
 }
 
 // The derivation of metrics.hpp with g(k) in place of gamma_k(u_acc).
 template <class G>
 ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
   const double n = m.n_kv, max_v = m.max_v, max_lse = m.max_lse;
-  const double ds = g(m.d_k + 4) * m.score_mag;
+  const double ds = (g(m.d_k + 4) + m.extra_roundings * u_acc) * m.score_mag;
   ErrorBound bound;
   bound.score = ds;
   bound.score_magnitude = m.score_mag;
@@ -144,6 +159,7 @@ ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
 // that are upper bounds are inflated by 1 + 1e-12 to stay so.
 struct GradientMagnitudes {
   double a1 = 0, max_do = 0, max_q = 0, max_k = 0, col_sum = 0, head_sum = 0;
+  double sink_mass = 0;  // max over heads of sum over batch and rows of the sink's weight exp(sink_h - lse_i)
   GradientScales scales;
 };
 
@@ -158,21 +174,26 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
     for (std::size_t l = 0; l < sh.d_v; ++l) sum += std::fabs(d_out.data()[row * sh.d_v + l]);
     g.a1 = std::max(g.a1, sum);
   }
-  const MaskView mask(opt.mask, sh);
+  const MaskView mask(opt, sh);
   const double scale = opt.resolved_scale(sh), inf = std::numeric_limits<double>::infinity();
   const std::size_t block = std::min<std::size_t>(256, sh.n_q), n_kv = sh.n_kv, d = sh.d_k, d_v = sh.d_v;
+  std::vector<double> sink_mass(sh.heads, 0.0), sink_terms(sh.heads, 0.0), sink_w(block);
   std::vector<double> s(block * n_kv), dp(block * n_kv), c(block * n_kv), o(block * d_v), abs_q(block * d),
       abs_k(n_kv * d), cq(block * d), ck(n_kv * d), cols(n_kv), mags(block * n_kv), a(block * n_kv), ak(n_kv * d),
       abs_do(block * d_v), pv(n_kv * d_v);
   std::vector<double> heads(opt.need_dbias ? sh.n_q * n_kv : 0), c_heads(heads.size()), a_heads(heads.size());
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
-      std::fill(cols.begin(), cols.end(), 0.0);
-      std::fill(ck.begin(), ck.end(), 0.0);
-      std::fill(ak.begin(), ak.end(), 0.0);
-      std::fill(pv.begin(), pv.end(), 0.0);
-      const double* k = &in.k(b, h, 0, 0);
-      const double* v = &in.v(b, h, 0, 0);
+      // dK and dV of a K/V head sum over its g query heads: column sums too
+      if (h % sh.group() == 0) {
+        std::fill(cols.begin(), cols.end(), 0.0);
+        std::fill(ck.begin(), ck.end(), 0.0);
+        std::fill(ak.begin(), ak.end(), 0.0);
+        std::fill(pv.begin(), pv.end(), 0.0);
+      }
+      const double* k = &in.k(b, h / sh.group(), 0, 0);
+      const double* v = &in.v(b, h / sh.group(), 0, 0);
+      const double sink = mask.sink(h);
       for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]);
       for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
         const std::size_t rows = std::min(block, sh.n_q - i0);
@@ -191,26 +212,25 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         for (std::size_t r = 0; r < rows; ++r) {
           const std::size_t i = i0 + r;
           double* p = s.data() + r * n_kv;
-          const auto keys = mask.keys(b, i);
-          double m = -inf;
-          for (std::size_t j = 0; j < n_kv; ++j) {
-            if (j < keys.begin || j >= keys.end) p[j] = -inf;
-            else if (mask.elementwise()) p[j] += mask.offset(i, j);
-            m = std::max(m, p[j]);
-          }
+          mask.apply(p, b, h, i, 0, n_kv);
+          double m = sink;
+          for (std::size_t j = 0; j < n_kv; ++j) m = std::max(m, p[j]);
+          sink_w[r] = 0;
           if (m == -inf) {
             std::fill(p, p + n_kv, 0.0);
             continue;
           }
-          double sum = 0, weighted = 0;
+          double sum = std::exp(sink - m), weighted = 0;
           for (std::size_t j = 0; j < n_kv; ++j) sum += p[j] = std::exp(p[j] - m);
           const double lse = std::fabs(m + std::log(sum));
+          sink_w[r] = std::exp(sink - m) / sum;
+          sink_mass[h] += sink_w[r];
           for (std::size_t j = 0; j < n_kv; ++j) {
             p[j] /= sum;
             cols[j] += p[j];
             if (!heads.empty()) heads[i * n_kv + j] += p[j];
             if (p[j] > 0)
-              weighted += p[j] * (mags[r * n_kv + j] + (mask.elementwise() ? std::fabs(mask.offset(i, j)) : 0.0));
+              weighted += p[j] * (mags[r * n_kv + j] + std::fabs(mask.alibi(h, i, j)) + std::fabs(mask.offset(i, j)));
           }
           g.scales.score = std::max(g.scales.score, weighted);
           g.scales.score_lse = std::max(g.scales.score_lse, weighted + lse);
@@ -222,6 +242,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           const double* p = s.data() + r * n_kv;
           double d_i = 0, e_i = 0;
           for (std::size_t j = 0; j < n_kv; ++j) d_i += p[j] * dp[r * n_kv + j];
+          sink_terms[h] += sink_w[r] * std::fabs(d_i);
           for (std::size_t l = 0; l < d_v; ++l) e_i += std::fabs(g_rows[r * d_v + l] * o[r * d_v + l]);
           for (std::size_t j = 0; j < n_kv; ++j) {
             c[r * n_kv + j] = p[j] * (std::fabs(dp[r * n_kv + j]) + std::fabs(d_i) + e_i);
@@ -245,16 +266,19 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d_v), int(rows), 1.0, s.data(), int(n_kv),
                     abs_do.data(), int(d_v), 1.0, pv.data(), int(d_v));
       }
+      if (h % sh.group() != sh.group() - 1) continue;  // the K/V head's sums are not complete yet
       for (double x : ak) g.scales.terms_dk = std::max(g.scales.terms_dk, x);
       for (double x : pv) g.scales.terms_dv = std::max(g.scales.terms_dv, x);
       for (double x : cols) g.col_sum = std::max(g.col_sum, x);
       for (double x : ck) g.scales.dk = std::max(g.scales.dk, x);
     }
+  for (double x : sink_mass) g.sink_mass = std::max(g.sink_mass, x);
+  for (double x : sink_terms) g.scales.terms_dsinks = std::max(g.scales.terms_dsinks, x);
   for (double x : heads) g.head_sum = std::max(g.head_sum, x);
   for (double x : c_heads) g.scales.dbias = std::max(g.scales.dbias, x);
   for (double x : a_heads) g.scales.terms_dbias = std::max(g.scales.terms_dbias, x);
   for (double* x : {&g.scales.dq, &g.scales.dk, &g.scales.terms_dq, &g.scales.terms_dk}) *x *= std::fabs(scale);
-  for (double* x : {&g.a1, &g.col_sum, &g.head_sum}) *x *= 1 + 1e-12;
+  for (double* x : {&g.a1, &g.col_sum, &g.head_sum, &g.sink_mass}) *x *= 1 + 1e-12;
   return g;
 }
 
@@ -267,22 +291,35 @@ double max_finite_abs(const auto& t) {
 
 template <class G>
 GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes& gm, const Gradients<double>& truth,
-                                  const Shape& sh, double scale, double u_acc, double u_store, G g) {
+                                  const Shape& sh, const Options& opt, double u_acc, double u_store, G g) {
+  const double scale = opt.resolved_scale(sh);
   GradientBound b;
   b.forward = bound_from(m, u_acc, u_store, g);
   const ErrorBound& f = b.forward;
-  const double n_kv = double(sh.n_kv), n_q = double(sh.n_q), d_v = double(sh.d_v);
+  // n_kv: the softmax's terms (the sink's included); n_q: the terms of a dK
+  // or dV element, the rows of the K/V head's g query heads
+  const double n_kv = m.n_kv, n_q = double(sh.n_q * sh.group()), d_v = double(sh.d_v);
   const double e_p = std::max(std::expm1(2 * f.score) + g(2 * n_kv + 8), std::expm1(f.score + f.lse) + 2 * u_acc);
   const double p1 = gm.a1 * m.max_v;
   const double e_dp = g(d_v) * p1;
   const double e_d = std::max(gm.a1 * (f.out + g(d_v) * m.max_v), (e_p + g(n_kv)) * p1 + e_dp);
   b.eps_s = (e_p + g(2)) * 2 * p1 + e_dp + e_d;
+  if (opt.softcap)
+    // dS' = dS f, f = 1 - t^2, t = s_cap / c in [-1, 1]: f's error is within
+    // 2 |dt| + 3 u_acc, |dt| <= ds / c + (softcap_tanh_ulps + 5) u_acc, and |dS| <= 2 P1 per unit weight
+    b.eps_s += 2 * p1 * (2 * f.score / *opt.softcap + (2 * softcap_tanh_ulps + 13) * u_acc);
   const double C = gm.col_sum;
   b.dq = std::fabs(scale) * gm.max_k * (b.eps_s + g(n_kv + 1) * 2 * p1) + u_store * max_finite_abs(truth.dq);
   b.dk = std::fabs(scale) * gm.max_q * C * (b.eps_s + g(n_q + 1) * 2 * p1) + u_store * max_finite_abs(truth.dk);
   b.dv = gm.max_do * C * (e_p + g(n_q)) + u_store * max_finite_abs(truth.dv);
   if (truth.dbias)
     b.dbias = gm.head_sum * b.eps_s + gamma(double(sh.batch * sh.heads), 0x1p-53) * max_finite_abs(*truth.dbias);
+  // d(sink_h) = -sum over the B n_q rows of p_i D_i, p_i = exp(sink_h - lse_i) the sink's weight:
+  // each p_i within e_p relative, each D_i within e_D, |D_i| <= P1, the sum
+  // in A over B n_q terms (then in double over the batch)
+  if (truth.dsinks)
+    b.dsinks = gm.sink_mass * ((e_p + g(double(sh.batch * sh.n_q) + 1)) * p1 + e_d) +
+               gamma(double(sh.batch), 0x1p-53) * max_finite_abs(*truth.dsinks);
   b.scales = gm.scales;
   return b;
 }
@@ -295,13 +332,12 @@ GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<doubl
   const Shape sh = in.shape();
   const Magnitudes m = magnitudes(in, opt);
   const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt);
-  const double scale = opt.resolved_scale(sh);
   GradientBounds b;
-  b.worst = gradient_bound_from(m, gm, truth, sh, scale, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
+  b.worst = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
   // One bound per gradient element and per dS entry; sums of at most n + d terms.
   const double checks = double(sh.batch * sh.heads) * double(sh.n_q + sh.n_kv) * double(sh.d_k + sh.d_v + sh.n_kv);
   b.lambda = lambda_for(failure_probability, checks, 2 * double(std::max(sh.n_q, sh.n_kv)) + 10 + double(sh.d_k + sh.d_v), u_acc);
-  b.probable = gradient_bound_from(m, gm, truth, sh, scale, u_acc, u_store,
+  b.probable = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store,
                                    [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); });
   b.failure_probability = failure_probability;
   const double underflow = double(sh.n_q + sh.n_kv + sh.d_k + sh.d_v + 8) * eta_acc + eta_store;
@@ -310,6 +346,7 @@ GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<doubl
     x->dk += underflow;
     x->dv += underflow;
     if (truth.dbias) x->dbias += double(sh.batch * sh.heads) * underflow;
+    if (truth.dsinks) x->dsinks += double(sh.batch * sh.n_q) * underflow;
   }
   return b;
 }

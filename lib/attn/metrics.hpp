@@ -44,6 +44,13 @@ double gamma(double k, double u);
 //            logsumexp: row_sum_from_lse := row_sum + expm1(2 u_acc (max|lse| + log n_kv))
 //   weights rebuilt from the logsumexp as exp(S_ij - lse_i) (streaming):
 //            |dp_ij| <= weights_from_lse := expm1(ds + lse) + 2 u_acc
+// Variants (problem.hpp): soft-capping and ALiBi round each score a few
+// more times, each within u_acc of the score's magnitude (tanh' <= 1, so the
+// raw score's error is not amplified): ds gains (3 + softcap_tanh_ulps) u_acc
+// and 2 u_acc times the magnitude; ALiBi's |term| joins |b_ij|. A sink is one
+// more term of each row's softmax (n_kv -> n_kv + 1 above) whose logit,
+// rounded to A, errs by at most u_acc |sink| (|sink| joins the magnitude).
+// Grouped K/V heads change nothing per row.
 // Weights and logsumexp are returned in double: + 2^-53 for that rounding.
 // Each is capped where a trivial bound is smaller (weights in [0, 1],
 // outputs in the convex hull of V). The bound is worst case: typical errors
@@ -103,6 +110,13 @@ ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_
 //   dK_j = scale sum_i dS_ij q_i, sum_i P_ij <= C:
 //     dk := |scale| max|Q| C (eps_S + g(n_q + 1) 2 P1) + u_store max|dK|
 //   dV_j = sum_i P_ij dO_i:  dv := max|dO| C (e_p + g(n_q)) + u_store max|dV|
+//   (with grouped K/V heads, dK_j and dV_j sum over the g query heads: n_q
+//   becomes g n_q and C the column sum over them)
+//   soft-capping: dS' = dS o f, f = 1 - (s_cap / c)^2; |df| <= 2 ds / c +
+//     (2 softcap_tanh_ulps + 13) u_acc (conservative), so eps_S += 2 P1 |df|
+//   d(sink_h) = -sum_{b, i} p_i D_i, p_i = exp(sink_h - lse_i):
+//     dsinks := M ((e_p + g(B n_q + 1)) P1 + e_D) + gamma_B(2^-53) max|d(sinks)|,
+//     M the largest sum over batch and rows of p_i
 //   d(bias)_ij = sum over batch and heads of dS: dbias := H eps_S +
 //     gamma_{BH}(2^-53) max|d(bias)| (summed in double)
 // Like the forward's, it is worst case; the probabilistic companion
@@ -121,6 +135,7 @@ struct GradientScales {
   // and heads (what a relative change of every term, e.g. of the weights,
   // moves it by; max|gradient| can be far smaller where the terms cancel).
   double terms_dq = 0, terms_dk = 0, terms_dv = 0, terms_dbias = 0;
+  double terms_dsinks = 0;  // max_h sum over batch and rows of exp(sink_h - lse_i) |D_i|
   // max_i sum_j P_ij (|scale| |q_i|.|k_j| + |b_ij|): the score magnitude the
   // weights see (a score's rounding error is u times its magnitude, and
   // moves the gradients in proportion to its weight)
@@ -129,7 +144,7 @@ struct GradientScales {
   double score_lse = 0;
 };
 struct GradientBound {
-  double dq = 0, dk = 0, dv = 0, dbias = 0;
+  double dq = 0, dk = 0, dv = 0, dbias = 0, dsinks = 0;
   double eps_s = 0;  // dS's error per unit weight
   ErrorBound forward;  // the forward's bound it builds on
   GradientScales scales;

@@ -160,6 +160,12 @@ inline A log_of(A x) {
   else return A(log(x));
 }
 template <class A>
+inline A tanh_of(A x) {
+  if constexpr (is_native_float<A>) return std::tanh(x);
+  else if constexpr (is_narrow_float<A>) return A(std::tanh(static_cast<float>(x)));
+  else return A(tanh(x));
+}
+template <class A>
 inline A neg_infinity() {
   return convert<A>(-std::numeric_limits<float>::infinity());
 }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <array>
+#include <map>
+
+#include "attn/simd.hpp"
 #include <sstream>
 
 namespace attn {
@@ -11,8 +14,22 @@ std::string to_string(const Shape& s) {
   std::ostringstream o;
   o << "B=" << s.batch << " H=" << s.heads << " n_q=" << s.n_q << " n_kv=" << s.n_kv
     << " d_k=" << s.d_k << " d_v=" << s.d_v;
+  if (s.kv_head_count() != s.heads) o << " H_kv=" << s.kv_head_count();
   return o.str();
 }
+
+xt::xtensor<double, 1> alibi_slopes(std::size_t heads) {
+  if (heads == 0) throw Error("ALiBi slopes for 0 heads");
+  std::size_t n = 1;
+  while (n * 2 <= heads) n *= 2;
+  xt::xtensor<double, 1> slopes = xt::xtensor<double, 1>::from_shape({heads});
+  for (std::size_t h = 0; h < n; ++h) slopes(h) = std::exp2(-8.0 * double(h + 1) / double(n));
+  for (std::size_t x = 0; n + x < heads; ++x) slopes(n + x) = std::exp2(-8.0 * double(2 * x + 1) / double(2 * n));
+  return slopes;
+}
+
+void softcap_row_f32(float* s, std::size_t n, float c) { simd().softcap_f32(s, n, c); }
+void softcap_row_f64(double* s, std::size_t n, double c) { simd().softcap_f64(s, n, c); }
 
 std::string mask_name(const Mask& m) {
   struct {
@@ -34,7 +51,7 @@ double Options::resolved_scale(const Shape& s) const {
 
 template <class S>
 Shape Inputs<S>::shape() const {
-  return {q.shape(0), q.shape(1), q.shape(2), k.shape(2), q.shape(3), v.shape(3)};
+  return {q.shape(0), q.shape(1), q.shape(2), k.shape(2), q.shape(3), v.shape(3), k.shape(1)};
 }
 
 namespace {
@@ -61,6 +78,29 @@ void require_extent(std::size_t got, std::size_t want, const std::string& what) 
     fail(what + " is " + std::to_string(got) + ", expected " + std::to_string(want));
 }
 
+// One value per query head, each finite (or -inf where `minus_inf_ok`).
+void require_per_head(const xt::xtensor<double, 1>& t, const Shape& s, const std::string& what, bool minus_inf_ok) {
+  require_extent(t.shape(0), s.heads, what + " length (one per query head)");
+  for (std::size_t h = 0; h < s.heads; ++h)
+    if (!std::isfinite(t(h)) && !(minus_inf_ok && t(h) == -std::numeric_limits<double>::infinity()))
+      fail(what + " holds " + std::to_string(t(h)) + " for head " + std::to_string(h) + "; entries must be finite" +
+           (minus_inf_ok ? " or -inf" : ""));
+}
+
+void validate_variants(const Shape& s, const Options& opt) {
+  if (opt.softcap && !(std::isfinite(*opt.softcap) && *opt.softcap > 0))
+    fail("softcap is " + std::to_string(*opt.softcap) + ", must be finite and > 0");
+  if (opt.sinks) require_per_head(*opt.sinks, s, "sinks", true);
+  if (opt.alibi_slopes) require_per_head(*opt.alibi_slopes, s, "ALiBi slopes", false);
+  if (opt.segments) {
+    const Segments& seg = *opt.segments;
+    if (seg.shape(0) != 1 && seg.shape(0) != s.batch)
+      fail("segments has " + std::to_string(seg.shape(0)) + " rows, expected 1 or the batch " + std::to_string(s.batch));
+    require_extent(seg.shape(1), s.n_kv, "segments length (one document id per key token, n_kv)");
+    if (s.n_kv >= (std::size_t(1) << 32)) fail("segments: n_kv must be below 2^32");
+  }
+}
+
 }  // namespace
 
 template <class S>
@@ -77,8 +117,10 @@ void validate(const Inputs<S>& in, const Options& opt) {
                               std::to_string(in.q.shape(1)) + ", n_q, d_k])";
   require_extent(in.k.shape(0), in.q.shape(0), "K batch" + q_shape);
   require_extent(in.v.shape(0), in.q.shape(0), "V batch" + q_shape);
-  require_extent(in.k.shape(1), in.q.shape(1), "K heads" + q_shape);
-  require_extent(in.v.shape(1), in.q.shape(1), "V heads" + q_shape);
+  if (in.q.shape(1) % in.k.shape(1) != 0)
+    fail("Q has " + std::to_string(in.q.shape(1)) + " heads and K has " + std::to_string(in.k.shape(1)) +
+         ": the query heads must be a multiple of the key/value heads (grouped-query attention)");
+  require_extent(in.v.shape(1), in.k.shape(1), "V heads (V must have as many heads as K)");
   require_extent(in.k.shape(3), in.q.shape(3), "K d_k (last dimension of K must equal Q's d_k)");
   require_extent(in.v.shape(2), in.k.shape(2), "V n_kv (V must have as many rows as K)");
   const Shape s = in.shape();
@@ -93,6 +135,7 @@ void validate(const Inputs<S>& in, const Options& opt) {
     fail("scale is " + std::to_string(scale) + ", must be finite and >= 0");
   if (opt.threads < 1 || opt.threads > 1024)
     fail("threads is " + std::to_string(opt.threads) + ", must be between 1 and 1024");
+  validate_variants(s, opt);
 
   struct {
     const Shape& s;
@@ -149,24 +192,62 @@ void validate_backward(const Inputs<S>& in, const xt::xtensor<S, 4>& out, const 
     fail("d(bias) asked for, but the mask is " + mask_name(opt.mask) + ", not an additive bias");
 }
 
-MaskView::MaskView(const Mask& m, const Shape& s)
-    : mask_(&m), diag_(static_cast<std::ptrdiff_t>(s.n_kv) - static_cast<std::ptrdiff_t>(s.n_q)), n_kv_(s.n_kv) {
-  if (auto* b = std::get_if<mask::AdditiveBias>(&m)) bias_ = b->bias.data();
-  if (auto* a = std::get_if<mask::Boolean>(&m)) allowed_ = a->allowed.data();
+MaskView::MaskView(const Options& opt, const Shape& s)
+    : mask_(&opt.mask), diag_(static_cast<std::ptrdiff_t>(s.n_kv) - static_cast<std::ptrdiff_t>(s.n_q)), n_kv_(s.n_kv) {
+  if (auto* b = std::get_if<mask::AdditiveBias>(&opt.mask)) bias_ = b->bias.data();
+  if (auto* a = std::get_if<mask::Boolean>(&opt.mask)) allowed_ = a->allowed.data();
+  if (opt.alibi_slopes) slopes_ = opt.alibi_slopes->data();
+  if (opt.sinks) sinks_ = opt.sinks->data();
+  softcap_ = opt.softcap;
+  if (opt.segments) {
+    doc_ = opt.segments->data();
+    doc_rows_ = opt.segments->shape(0);
+    doc_first_.resize(doc_rows_ * n_kv_);
+    doc_end_.resize(doc_rows_ * n_kv_);
+    for (std::size_t r = 0; r < doc_rows_; ++r) {
+      const std::int64_t* ids = doc_ + r * n_kv_;
+      std::map<std::int64_t, std::pair<std::uint32_t, std::uint32_t>> span;  // id -> [first, end)
+      for (std::size_t j = 0; j < n_kv_; ++j) {
+        auto [it, fresh] = span.try_emplace(ids[j], std::uint32_t(j), std::uint32_t(j + 1));
+        if (!fresh) {
+          doc_split_ = doc_split_ || it->second.second != j;  // a second run of the same document
+          it->second.second = std::uint32_t(j + 1);
+        }
+      }
+      for (std::size_t j = 0; j < n_kv_; ++j) {
+        doc_first_[r * n_kv_ + j] = span[ids[j]].first;
+        doc_end_[r * n_kv_ + j] = span[ids[j]].second;
+      }
+    }
+  }
+  elementwise_ = has_offset() || slopes_ || softcap_ || doc_split_;
 }
 
 MaskView::Range MaskView::keys(std::size_t b, std::size_t i) const {
   const auto n = static_cast<std::ptrdiff_t>(n_kv_);
   // Last visible key for causal masks, clamped to [-1, n - 1].
   const std::ptrdiff_t last = std::clamp<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(i) + diag_, -1, n - 1);
-  if (std::holds_alternative<mask::Causal>(*mask_)) return {0, static_cast<std::size_t>(last + 1)};
-  if (auto* w = std::get_if<mask::SlidingWindow>(mask_)) {
+  Range r{0, n_kv_};
+  if (std::holds_alternative<mask::Causal>(*mask_)) {
+    r = {0, static_cast<std::size_t>(last + 1)};
+  } else if (auto* w = std::get_if<mask::SlidingWindow>(mask_)) {
     const std::ptrdiff_t first = static_cast<std::ptrdiff_t>(i) + diag_ - static_cast<std::ptrdiff_t>(w->window) + 1;
     const auto begin = static_cast<std::size_t>(std::clamp<std::ptrdiff_t>(first, 0, n));
-    return {begin, std::max(begin, static_cast<std::size_t>(last + 1))};
+    r = {begin, std::max(begin, static_cast<std::size_t>(last + 1))};
+  } else if (auto* kp = std::get_if<mask::KeyPadding>(mask_)) {
+    r = {0, kp->valid_length[b]};
   }
-  if (auto* kp = std::get_if<mask::KeyPadding>(mask_)) return {0, kp->valid_length[b]};
-  return {0, n_kv_};
+  if (doc_) {
+    // The query's own document, intersected (token i + n_kv - n_q; a query
+    // before the first key token, n_q > n_kv, belongs to no document).
+    const std::ptrdiff_t token = static_cast<std::ptrdiff_t>(i) + diag_;
+    if (token < 0) return {0, 0};
+    const std::size_t x = (doc_rows_ > 1 ? b * n_kv_ : 0) + static_cast<std::size_t>(token);
+    r.begin = std::max<std::size_t>(r.begin, doc_first_[x]);
+    r.end = std::min<std::size_t>(r.end, doc_end_[x]);
+    if (r.end < r.begin) r.end = r.begin;
+  }
+  return r;
 }
 
 #define ATTN_INSTANTIATE(S)                      \

@@ -56,6 +56,9 @@ struct SimdKernels {
   // s[j] = exp(s[j] - m) in place; returns their sum (lane-wise partial sums).
   float (*exp_shifted_sum_f32)(float* s, std::size_t n, float m) = nullptr;
   double (*exp_shifted_sum_f64)(double* s, std::size_t n, double m) = nullptr;
+  // s[j] = c tanh(s[j] / c) in place (logit soft-capping), xsimd's tanh.
+  void (*softcap_f32)(float* s, std::size_t n, float c) = nullptr;
+  void (*softcap_f64)(double* s, std::size_t n, double c) = nullptr;
   // The peak probe's loop: peak_chains independent FMA chains of one vector,
   // `iters` steps each (2 * lanes * peak_chains * iters FLOPs); returns a
   // value that depends on every chain, so nothing is optimised away.
@@ -65,6 +68,11 @@ struct SimdKernels {
   std::size_t lanes_f32() const { return vector_bytes / 4; }
   std::size_t lanes_f64() const { return vector_bytes / 8; }
 };
+
+// The largest error of the soft-cap's tanh in every variant (vector and
+// scalar tail, float and double), in units of the last place of the result:
+// the bound's derivation (metrics.hpp) takes it; unit_test measures it.
+inline constexpr double softcap_tanh_ulps = 4;
 
 struct SimdVariant {
   const SimdKernels* kernels;

@@ -20,7 +20,7 @@ std::string_view truth_name(TruthKind k) {
 
 Result<double> fp64_gemm_attention(const Inputs<double>& in, const Options& opt) {
   const Shape sh = in.shape();
-  const MaskView mask(opt.mask, sh);
+  const MaskView mask(opt, sh);
   const double scale = opt.resolved_scale(sh), inf = std::numeric_limits<double>::infinity();
   const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
   Result<double> r;
@@ -31,8 +31,9 @@ Result<double> fp64_gemm_attention(const Inputs<double>& in, const Options& opt)
   std::vector<double> s(block * n_kv);
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
-      const double* k = &in.k(b, h, 0, 0);
-      const double* v = &in.v(b, h, 0, 0);
+      const double* k = &in.k(b, h / sh.group(), 0, 0);
+      const double* v = &in.v(b, h / sh.group(), 0, 0);
+      const double sink = mask.sink(h);
       for (std::size_t i0 = 0; i0 < n_q; i0 += block) {
         const std::size_t rows = std::min(block, n_q - i0);
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d_k), scale, &in.q(b, h, i0, 0),
@@ -40,19 +41,15 @@ Result<double> fp64_gemm_attention(const Inputs<double>& in, const Options& opt)
         for (std::size_t row = 0; row < rows; ++row) {
           const std::size_t i = i0 + row;
           double* p = s.data() + row * n_kv;
-          const MaskView::Range keys = mask.keys(b, i);
-          double m = -inf;
-          for (std::size_t j = 0; j < n_kv; ++j) {
-            if (j < keys.begin || j >= keys.end) p[j] = -inf;
-            else if (mask.elementwise()) p[j] += mask.offset(i, j);
-            m = std::max(m, p[j]);
-          }
-          if (m == -inf) {  // a fully masked row: output 0, weights 0, lse -inf
+          mask.apply(p, b, h, i, 0, n_kv);  // soft-cap, ALiBi, bias, -inf where masked
+          double m = sink;
+          for (std::size_t j = 0; j < n_kv; ++j) m = std::max(m, p[j]);
+          if (m == -inf) {  // a fully masked row without a sink: output 0, weights 0, lse -inf
             std::fill(p, p + n_kv, 0.0);
             (*r.lse)(b, h, i) = -inf;
             continue;
           }
-          double sum = 0;
+          double sum = std::exp(sink - m);  // the sink's term (0 without)
           for (std::size_t j = 0; j < n_kv; ++j) sum += p[j] = std::exp(p[j] - m);
           (*r.lse)(b, h, i) = m + std::log(sum);
           for (std::size_t j = 0; j < n_kv; ++j) p[j] /= sum;
@@ -177,6 +174,7 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
     t.dk_error = u * max_abs(t.grads.dk);
     t.dv_error = u * max_abs(t.grads.dv);
     if (t.grads.dbias) t.dbias_error = u * max_abs(*t.grads.dbias) * double(in.shape().batch * in.shape().heads);
+    if (t.grads.dsinks) t.dsinks_error = u * max_abs(*t.grads.dsinks) * double(in.shape().batch);
     return t;
   }
   const BackwardReport r = gemm_backend().run_backward("fp64", Accumulate::fp64, in, d_out, opt);
@@ -187,6 +185,7 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
   t.dk_error = b.dk;
   t.dv_error = b.dv;
   t.dbias_error = b.dbias;
+  t.dsinks_error = b.dsinks;
   return t;
 }
 
@@ -238,6 +237,11 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
          g.terms_dbias, b && b->dbias ? &*b->dbias : nullptr);
   else if (opt.need_dbias)
     c.within = c.tight_within = false;  // asked for and not returned
+  if (r.grads.dsinks && t.grads.dsinks)
+    part("dsinks", *r.grads.dsinks, *t.grads.dsinks, c.bound.dsinks, c.probable.dsinks, t.dsinks_error, 0.0,
+         g.terms_dsinks, b && b->dsinks ? &*b->dsinks : nullptr);
+  else if (opt.sinks)
+    c.within = c.tight_within = false;  // sinks given and their gradient not returned
   return c;
 }
 

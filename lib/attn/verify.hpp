@@ -100,7 +100,7 @@ Check verify(const RunReport& r, const Options& opt, double budget = backends::r
 struct GradientTruth {
   Gradients<double> grads;
   TruthKind kind = TruthKind::digits50;
-  double dq_error = 0, dk_error = 0, dv_error = 0, dbias_error = 0;  // |truth - exact|
+  double dq_error = 0, dk_error = 0, dv_error = 0, dbias_error = 0, dsinks_error = 0;  // |truth - exact|
 };
 GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
                              double budget = backends::reference_budget);
@@ -134,13 +134,13 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
 struct GradientCheck {
   TruthKind truth = TruthKind::digits50;
   struct Part {
-    std::string_view name;  // dq, dk, dv, dbias
+    std::string_view name;  // dq, dk, dv, dbias, dsinks
     ErrorStats error;
     double tolerance = 0, tight_tolerance = 0;
     double baseline_error = std::numeric_limits<double>::quiet_NaN();
     bool informative = true;  // the worst-case tolerance below max|truth| (a 100% error)
   };
-  std::vector<Part> parts;  // dq, dk, dv (and dbias when returned)
+  std::vector<Part> parts;  // dq, dk, dv (and dbias, dsinks when returned)
   GradientBound bound, probable;
   double failure_probability = 0;
   bool within = true, tight_within = true;

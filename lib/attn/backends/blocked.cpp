@@ -23,7 +23,7 @@ Gradients<S> Blocked::backward(const Inputs<S>& in, const Saved<S>& saved, const
 
 template <class S, Accumulate P>
 std::size_t Blocked::backward_workspace_bytes(const Shape& s, const Options& opt) {
-  return detail::slab_backward_workspace_bytes<S, accumulate_t<S, P>>(s, block_q(opt));
+  return detail::slab_backward_workspace_bytes<S, accumulate_t<S, P>>(s, opt, block_q(opt));
 }
 
 ATTN_INSTANTIATE_BACKEND(Blocked)

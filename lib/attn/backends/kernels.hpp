@@ -33,14 +33,15 @@ Result<S> allocate_result(std::string_view backend, const Shape& sh, const Optio
 }
 
 // The Gradients a backward pass fills: dq, dk, dv of the inputs' shapes
-// (uninitialised), dbias [n_q, n_kv] zeroed when asked for.
+// (uninitialised), dbias [n_q, n_kv] zeroed when asked for, dsinks [H] zeroed with sinks.
 template <class S>
 Gradients<S> allocate_gradients(const Shape& sh, const Options& opt, std::size_t workspace_bytes) {
   Gradients<S> g;
   g.dq = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, sh.n_q, sh.d_k});
-  g.dk = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, sh.n_kv, sh.d_k});
-  g.dv = xt::xtensor<S, 4>::from_shape({sh.batch, sh.heads, sh.n_kv, sh.d_v});
+  g.dk = xt::xtensor<S, 4>::from_shape({sh.batch, sh.kv_head_count(), sh.n_kv, sh.d_k});
+  g.dv = xt::xtensor<S, 4>::from_shape({sh.batch, sh.kv_head_count(), sh.n_kv, sh.d_v});
   if (opt.need_dbias) g.dbias = xt::xtensor<double, 2>(std::array<std::size_t, 2>{sh.n_q, sh.n_kv}, 0.0);
+  if (opt.sinks) g.dsinks = xt::xtensor<double, 1>(std::array<std::size_t, 1>{sh.heads}, 0.0);
   g.workspace_bytes = workspace_bytes;
   return g;
 }
@@ -166,26 +167,34 @@ A dot_loops(const X* x, const Y* y, std::size_t n) {
   return sum;
 }
 
-// Masks the scores s[0, cols) of query i (batch b) for keys j0 .. j0 + cols:
-// keys outside the row's visible range become -inf, visible keys get the
-// elementwise offset (boolean -inf, or the additive bias).
+// Finishes the scaled scores s[0, cols) of query i of head h (batch b) for
+// keys j0 .. j0 + cols: MaskView::apply (soft-cap, ALiBi, bias; -inf where masked).
 template <class A>
-void mask_row(A* s, const MaskView& mask, std::size_t b, std::size_t i, std::size_t j0, std::size_t cols) {
-  const auto keys = mask.keys(b, i);
-  const A minus_inf = neg_infinity<A>();
-  for (std::size_t c = 0; c < cols; ++c) {
-    const std::size_t j = j0 + c;
-    if (j < keys.begin || j >= keys.end) s[c] = minus_inf;
-    else if (mask.elementwise()) s[c] += convert<A>(mask.offset(i, j));
+void mask_row(A* s, const MaskView& mask, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
+              std::size_t cols) {
+  mask.apply(s, b, h, i, j0, cols);
+}
+
+// The soft-cap's derivative at the scaled scores raw[0, n): f_j = 1 - (s_j / c)^2,
+// s_j = c tanh(raw_j / c) as MaskView::apply forms it (the backward's dS' = dS o f).
+template <class A>
+void softcap_slope(const A* raw, A* f, std::size_t n, double c) {
+  std::copy(raw, raw + n, f);
+  softcap_row(f, n, c);
+  const A cap = convert<A>(c), one = convert<A>(1.0);
+  for (std::size_t j = 0; j < n; ++j) {
+    const A t = f[j] / cap;
+    f[j] = one - t * t;
   }
 }
 
 // mask_row, skipped when row i sees every key of j0 .. j0 + cols (most rows
-// of most tiles) and the mask has no elementwise part.
+// of most tiles) and nothing is elementwise.
 template <class A>
-void mask_row_if_partial(A* s, const MaskView& mask, std::size_t b, std::size_t i, std::size_t j0, std::size_t cols) {
+void mask_row_if_partial(A* s, const MaskView& mask, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
+                         std::size_t cols) {
   const auto keys = mask.keys(b, i);
-  if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row(s, mask, b, i, j0, cols);
+  if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row(s, mask, b, h, i, j0, cols);
 }
 
 // s[j] = exp(s[j] - m) for j < n; returns their sum. For float and double
@@ -225,21 +234,25 @@ A row_max(const A* s, std::size_t n) {
 
 template <class A>
 struct RowSoftmax {
-  A m, l;              // row max and sum of exp(s - m)
+  A m, l;              // row max and sum of exp(s - m), the sink's term included
   bool fully_masked;   // m = -inf: weights 0, output 0, lse -inf
 };
 
-// p_j = exp(s_j - m) / l in place, m = max_j s_j, l = sum_j exp(s_j - m);
-// `simd`: see exp_shifted_sum (the naive backend keeps scalar exp on purpose).
+// p_j = exp(s_j - m) / l in place, m = max(max_j s_j, sink), l = sum_j
+// exp(s_j - m) + exp(sink - m); `simd`: see exp_shifted_sum (the naive
+// backend keeps scalar exp on purpose). With a finite sink and every key
+// masked: p = 0, l = 1, m = sink (lse = sink).
 template <class A>
-RowSoftmax<A> softmax_row(A* s, std::size_t n, bool simd = false) {
+RowSoftmax<A> softmax_row(A* s, std::size_t n, bool simd = false, A sink = neg_infinity<A>()) {
   const A minus_inf = neg_infinity<A>(), zero = convert<A>(0.0);
-  const A m = row_max(s, n);
+  A m = row_max(s, n);
+  if (sink > m) m = sink;
   if (!(m > minus_inf)) {
     std::fill(s, s + n, zero);
     return {m, zero, true};
   }
-  const A l = exp_shifted_sum(s, n, m, simd);
+  A l = exp_shifted_sum(s, n, m, simd);
+  if (sink > minus_inf) l += exp_of<A>(A(sink - m));
   for (std::size_t j = 0; j < n; ++j) s[j] /= l;
   return {m, l, false};
 }

@@ -23,8 +23,8 @@ Gradients<S> Math::backward(const Inputs<S>& in, const Saved<S>& saved, const xt
 }
 
 template <class S, Accumulate P>
-std::size_t Math::backward_workspace_bytes(const Shape& s, const Options&) {
-  return detail::slab_backward_workspace_bytes<S, accumulate_t<S, P>>(s, s.n_q);
+std::size_t Math::backward_workspace_bytes(const Shape& s, const Options& opt) {
+  return detail::slab_backward_workspace_bytes<S, accumulate_t<S, P>>(s, opt, s.n_q);
 }
 
 ATTN_INSTANTIATE_BACKEND(Math)

@@ -61,7 +61,8 @@ exact_t reference_gradient_dot(const Inputs<double>& in, const xt::xtensor<doubl
           case detail::Grad::dq: sum += x * exact_t(direction.q(b, h, row, col)); break;
           case detail::Grad::dk: sum += x * exact_t(direction.k(b, h, row, col)); break;
           case detail::Grad::dv: sum += x * exact_t(direction.v(b, h, row, col)); break;
-          case detail::Grad::dbias: break;
+          case detail::Grad::dbias:
+          case detail::Grad::dsinks: break;
         }
       });
   return sum;

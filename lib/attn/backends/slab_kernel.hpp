@@ -49,13 +49,19 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
 
   Result<S> r = allocate_result<S>(backend, sh, opt, bytes);
 
-  const MaskView mask(opt.mask, sh);
-  const A scale = convert<A>(opt.resolved_scale(sh));
+  const MaskView mask(opt, sh);
+  const A scale = convert<A>(opt.resolved_scale(sh)), minus_inf = neg_infinity<A>();
 
+  const A* k = nullptr;
+  const A* v = nullptr;
   for (std::size_t b = 0; b < sh.batch; ++b) {
     for (std::size_t h = 0; h < sh.heads; ++h) {
-      const A* k = as_accumulate(&in.k(b, h, 0, 0), n_kv * d_k, k_buf);
-      const A* v = as_accumulate(&in.v(b, h, 0, 0), n_kv * d_v, v_buf);
+      // K/V head h / g, widened once for its g query heads
+      if (h % sh.group() == 0) {
+        k = as_accumulate(&in.k(b, h / sh.group(), 0, 0), n_kv * d_k, k_buf);
+        v = as_accumulate(&in.v(b, h / sh.group(), 0, 0), n_kv * d_v, v_buf);
+      }
+      const A sink = convert<A>(mask.sink(h));
       for (std::size_t i0 = 0; i0 < n_q; i0 += b_q) {
         const std::size_t rows = std::min(b_q, n_q - i0);
         // Keys [lo, hi) that some row of the slab may see; the rest are masked for all of them.
@@ -69,16 +75,22 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
         for (std::size_t r_ = 0; r_ < rows; ++r_) {
           // P_i = softmax(S_i), or P~_i = exp(S_i - m_i) and l_i
           A* p_i = slab + r_ * cols;
-          mask_row_if_partial(p_i, mask, b, i0 + r_, lo, cols);
+          mask_row_if_partial(p_i, mask, b, h, i0 + r_, lo, cols);
           RowSoftmax<A> row{};
           if constexpr (unnormalised) {
+            // as softmax_row, without the division
             row.m = row_max(p_i, cols);
-            row.fully_masked = !(row.m > neg_infinity<A>());
-            if (row.fully_masked) std::fill(p_i, p_i + cols, convert<A>(0.0));
-            else row.l = exp_shifted_sum(p_i, cols, row.m, /*simd=*/true);
+            if (sink > row.m) row.m = sink;
+            row.fully_masked = !(row.m > minus_inf);
+            if (row.fully_masked) {
+              std::fill(p_i, p_i + cols, convert<A>(0.0));
+            } else {
+              row.l = exp_shifted_sum(p_i, cols, row.m, /*simd=*/true);
+              if (sink > minus_inf) row.l += exp_of<A>(A(sink - row.m));
+            }
             row_l[r_] = row.fully_masked ? convert<A>(0.0) : row.l;
           } else {
-            row = softmax_row(p_i, cols, /*simd=*/true);
+            row = softmax_row(p_i, cols, /*simd=*/true, sink);
             row_l[r_] = row.fully_masked ? convert<A>(0.0) : convert<A>(1.0);
           }
           if (r.lse) (*r.lse)(b, h, i0 + r_) = row_lse(row);
@@ -111,13 +123,15 @@ Result<S> slab_attention(const Inputs<S>& in, const Options& opt, Workspace& ws,
 //     P = softmax(Q_slab K^T * scale + mask), recomputed exactly with one
 //         GEMM (the forward does not keep it; the saved logsumexp is not needed)
 //     dP = dO_slab V^T (GEMM);  D_i = dO_i . O_i (the saved output);  dS = P o (dP - D)
-//     dQ_slab = scale dS K (GEMM);  dV += P^T dO_slab;  dK += dS^T Q_slab (GEMMs, transposed)
-// dK and dV accumulate over the slabs in order, in A, and are scaled and
-// rounded to storage once at the end: O(B_q n_kv + n_kv (d_k + d_v)) scratch.
+//     dQ_slab = scale dS' K (GEMM);  dV += P^T dO_slab;  dK += dS'^T Q_slab (GEMMs, transposed)
+//     (dS' = dS o the soft-cap's derivative, a third slab, with soft-capping)
+// dK and dV accumulate over the slabs and the K/V head's g query heads in
+// order, in A, and are scaled and rounded to storage once at the end:
+// O(B_q n_kv + n_kv (d_k + d_v)) scratch.
 template <class S, class A>
-std::size_t slab_backward_workspace_bytes(const Shape& s, std::size_t block_q) {
+std::size_t slab_backward_workspace_bytes(const Shape& s, const Options& opt, std::size_t block_q) {
   const std::size_t b_q = std::min(block_q, s.n_q);
-  return 2 * piece_bytes<A>(b_q * s.n_kv) + piece_bytes<A>(s.n_kv * s.d_k) + piece_bytes<A>(s.n_kv * s.d_v) +
+  return (opt.softcap ? 3 : 2) * piece_bytes<A>(b_q * s.n_kv) + piece_bytes<A>(s.n_kv * s.d_k) + piece_bytes<A>(s.n_kv * s.d_v) +
          piece_bytes<A>(b_q * s.d_k) + piece_bytes<A>(widen_count<A, S>(b_q * s.d_k)) +
          piece_bytes<A>(widen_count<A, S>(b_q * s.d_v)) + piece_bytes<A>(widen_count<A, S>(s.n_kv * s.d_k)) +
          piece_bytes<A>(widen_count<A, S>(s.n_kv * s.d_v));
@@ -129,7 +143,7 @@ Gradients<S> slab_backward(const Inputs<S>& in, const Saved<S>& saved, const xt:
   const Shape sh = in.shape();
   const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
   const std::size_t b_q = std::min(block_q, n_q);
-  const std::size_t bytes = slab_backward_workspace_bytes<S, A>(sh, block_q);
+  const std::size_t bytes = slab_backward_workspace_bytes<S, A>(sh, opt, block_q);
   check_workspace(backend, "two B_q x n_kv slabs (P, dS) and the dK, dV accumulators", bytes);
   Arena arena(ws, bytes);
   A* probs = arena.take<A>(b_q * n_kv);
@@ -141,17 +155,25 @@ Gradients<S> slab_backward(const Inputs<S>& in, const Saved<S>& saved, const xt:
   A* do_buf = arena.take<A>(widen_count<A, S>(b_q * d_v));
   A* k_buf = arena.take<A>(widen_count<A, S>(n_kv * d_k));
   A* v_buf = arena.take<A>(widen_count<A, S>(n_kv * d_v));
+  A* slopes = arena.take<A>(opt.softcap ? b_q * n_kv : 0);  // the soft-cap's derivative
 
   Gradients<S> g = allocate_gradients<S>(sh, opt, bytes);
-  const MaskView mask(opt.mask, sh);
+  const MaskView mask(opt, sh);
   const A scale = convert<A>(opt.resolved_scale(sh)), zero = convert<A>(0.0), one = convert<A>(1.0);
+  const A minus_inf = neg_infinity<A>();
 
+  const A* k = nullptr;
+  const A* v = nullptr;
   for (std::size_t b = 0; b < sh.batch; ++b) {
     for (std::size_t h = 0; h < sh.heads; ++h) {
-      const A* k = as_accumulate(&in.k(b, h, 0, 0), n_kv * d_k, k_buf);
-      const A* v = as_accumulate(&in.v(b, h, 0, 0), n_kv * d_v, v_buf);
-      std::fill(dk_acc, dk_acc + n_kv * d_k, zero);
-      std::fill(dv_acc, dv_acc + n_kv * d_v, zero);
+      const std::size_t hk = h / sh.group();
+      if (h % sh.group() == 0) {  // the first query head of its K/V head
+        k = as_accumulate(&in.k(b, hk, 0, 0), n_kv * d_k, k_buf);
+        v = as_accumulate(&in.v(b, hk, 0, 0), n_kv * d_v, v_buf);
+        std::fill(dk_acc, dk_acc + n_kv * d_k, zero);
+        std::fill(dv_acc, dv_acc + n_kv * d_v, zero);
+      }
+      const A sink = convert<A>(mask.sink(h));
       for (std::size_t i0 = 0; i0 < n_q; i0 += b_q) {
         const std::size_t rows = std::min(b_q, n_q - i0);
         const auto [lo, hi] = block_keys(mask, b, i0, rows, n_kv);
@@ -168,13 +190,19 @@ Gradients<S> slab_backward(const Inputs<S>& in, const Saved<S>& saved, const xt:
             const std::size_t i = i0 + r_;
             A* p_i = probs + r_ * cols;
             A* ds_i = grads + r_ * cols;
-            mask_row_if_partial(p_i, mask, b, i, lo, cols);
-            softmax_row(p_i, cols, /*simd=*/true);
+            if (mask.softcap()) softcap_slope(p_i, slopes + r_ * cols, cols, *mask.softcap());
+            mask_row_if_partial(p_i, mask, b, h, i, lo, cols);
+            const RowSoftmax<A> row = softmax_row(p_i, cols, /*simd=*/true, sink);
             // D_i = dO_i . O_i;  dS_i = P_i o (dP_i - D_i)
             const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
             for (std::size_t c = 0; c < cols; ++c) ds_i[c] = p_i[c] * (ds_i[c] - d_i);
             if (g.dbias)
               for (std::size_t c = 0; c < cols; ++c) (*g.dbias)(i, lo + c) += convert<double>(ds_i[c]);
+            // d(sink_h) += -P_i,sink D_i
+            if (g.dsinks && sink > minus_inf && !row.fully_masked)
+              (*g.dsinks)(h) += convert<double>(A(-(exp_of<A>(A(sink - row.m)) / row.l) * d_i));
+            if (mask.softcap())
+              for (std::size_t c = 0; c < cols; ++c) ds_i[c] *= slopes[r_ * cols + c];
           }
           // dQ_slab = dS K[lo:hi] (scaled below);  dV[lo:hi] += P^T dO_slab;  dK[lo:hi] += dS^T Q_slab
           pv_tile<A>(grads, k + lo * d_k, dq_slab, rows, cols, d_k, false);
@@ -184,8 +212,9 @@ Gradients<S> slab_backward(const Inputs<S>& in, const Saved<S>& saved, const xt:
         S* dq = &g.dq(b, h, i0, 0);
         for (std::size_t x = 0; x < rows * d_k; ++x) dq[x] = convert<S>(A(scale * dq_slab[x]));
       }
-      S* dk = &g.dk(b, h, 0, 0);
-      S* dv = &g.dv(b, h, 0, 0);
+      if (h % sh.group() != sh.group() - 1) continue;  // more query heads read this K/V head
+      S* dk = &g.dk(b, hk, 0, 0);
+      S* dv = &g.dv(b, hk, 0, 0);
       for (std::size_t x = 0; x < n_kv * d_k; ++x) dk[x] = convert<S>(A(scale * dk_acc[x]));
       for (std::size_t x = 0; x < n_kv * d_v; ++x) dv[x] = convert<S>(dv_acc[x]);
     }

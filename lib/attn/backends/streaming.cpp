@@ -102,9 +102,9 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 
   Result<S> r = allocate_result<S>(Streaming::name, sh, opt, bytes, /*lse_always=*/opt.need_weights);
 
-  const MaskView mask(opt.mask, sh);
+  const MaskView mask(opt, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));
-  const A zero = convert<A>(0.0), minus_inf = neg_infinity<A>();
+  const A zero = convert<A>(0.0), one = convert<A>(1.0), minus_inf = neg_infinity<A>();
   const std::size_t q_blocks = (n_q + B_r - 1) / B_r;
   // Narrower accumulation types (bf16/fp16 storage accumulation) hold O_i
   // divided by a power of two c_i >= l_i: the unnormalised sum of P~ V can
@@ -118,23 +118,27 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   // since under a causal mask they see the most keys.
   auto query_block = [&](std::size_t item, std::size_t worker) {
     const auto [S_ij, O_i, m_i, l_i, c_i, q_buf, k_buf, v_buf] = scratch[worker];
-    const std::size_t b = item / (sh.heads * q_blocks), h = item / q_blocks % sh.heads;
+    const std::size_t b = item / (sh.heads * q_blocks), h = item / q_blocks % sh.heads, hk = h / sh.group();
     const std::size_t i0 = (q_blocks - 1 - item % q_blocks) * B_r;
     const std::size_t rows = std::min(B_r, n_q - i0);
     const A* Q_i = as_accumulate(&in.q(b, h, i0, 0), rows * d_k, q_buf);
     // Keys [lo, hi) some query of the block may see; tiles outside are skipped.
     const auto [lo, hi] = block_keys(mask, b, i0, rows, n_kv);
-    std::fill(m_i, m_i + rows, minus_inf);
-    std::fill(l_i, l_i + rows, zero);
+    // The sink starts each row as a key of score sink_h and value 0: m_i = sink_h, l_i = 1
+    // (without a sink, -inf and 0).
+    const A sink = convert<A>(mask.sink(h));
+    std::fill(m_i, m_i + rows, sink);
+    std::fill(l_i, l_i + rows, sink > minus_inf ? one : zero);
     if constexpr (normalised) std::fill(c_i, c_i + rows, convert<A>(1.0));
     std::fill(O_i, O_i + rows * d_v, zero);
 
     // S_ij = Q_i K_j^T * scale + mask for rows [first, last) and the keys
     // j0 .. j0 + cols; row r_ of the tile at S_ij + r_ * cols.
     auto scores = [&](std::size_t j0, std::size_t cols, RowSpan rs) {
-      const A* K_j = T::load_k(&in.k(b, h, j0, 0), cols, d_k, k_buf);
+      const A* K_j = T::load_k(&in.k(b, hk, j0, 0), cols, d_k, k_buf);
       T::scores(Q_i + rs.first * d_k, K_j, S_ij + rs.first * cols, rs.size(), cols, d_k, scale);
-      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) mask_row_if_partial(S_ij + r_ * cols, mask, b, i0 + r_, j0, cols);
+      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_)
+        mask_row_if_partial(S_ij + r_ * cols, mask, b, h, i0 + r_, j0, cols);
     };
 
     // For each key tile some row sees: its scores in S_ij, then visit(j0, cols, rows).
@@ -180,7 +184,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         }
       }
       // O_i += P~_ij V_j
-      T::pv(S_ij + rs.first * cols, T::load_v(&in.v(b, h, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
+      T::pv(S_ij + rs.first * cols, T::load_v(&in.v(b, hk, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
             rs.size(), cols, d_v);
     });
 
@@ -222,25 +226,28 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 
 // --- The backward pass (FlashAttention-2, Dao 2023, algorithm 2) -----------
 //
-// Per (batch, head), one worker, key blocks outer and query blocks inner:
+// Per (batch, K/V head), one worker, key blocks outer, the K/V head's g query
+// heads and their query blocks inner:
 //   for each key block K_j, V_j (B_k keys; packed once):
 //     dK_j = dV_j = 0 (tile accumulators)
-//     for each query block i whose rows see any key of j (rows [first, last)):
-//       S = scale Q_i K_j^T + mask;  P = exp(S - lse_i)   (lse saved by the forward)
-//       dP = dO_i V_j^T;  D_i = dO_i . O_i;  dS = P o (dP - D_i)
-//       dQ_i += dS K_j;  dV_j += P^T dO_i;  dK_j += dS^T Q_i  (P^T, dS^T transposed tiles)
+//     for each query head of the K/V head, each query block i whose rows see
+//     any key of j (rows [first, last)):
+//       S = scale Q_i K_j^T, soft-capped (keeping its derivative f), + ALiBi + mask
+//       P = exp(S - lse_i)   (lse saved by the forward, the sink's term included)
+//       dP = dO_i V_j^T;  D_i = dO_i . O_i;  dS = P o (dP - D_i);  dS' = dS o f
+//       dQ_i += dS' K_j;  dV_j += P^T dO_i;  dK_j += dS'^T Q_i  (P^T, dS'^T transposed tiles)
 //     dK_j = scale dK_j, dV_j -> storage
-//   dQ = scale dQ -> storage
+//   dQ = scale dQ -> storage;  d(sink_h) = -sum_i exp(sink_h - lse_i) D_i
 // All five products run on the forward's tiles (the micro-kernel for fp32
 // accumulation, with every B operand packed in its column panels), and P on
-// its vectorised exp. A head is one work item, done by one worker in a fixed
-// order, so the result is bitwise independent of the thread count and of
-// scheduling: no reduction across workers at all (the price: no parallelism
-// inside one head; B H work items). dQ accumulates in the output itself when
-// the storage is the accumulation type, otherwise in one n_q x d_k buffer
-// per worker in the accumulation type (the size of the gradient itself).
-// D_i is recomputed per tile (rows x d_v operations against the tile's
-// rows x B_k x (2 d_k + 3 d_v)), so nothing else grows with n.
+// its vectorised exp. A K/V head is one work item, done by one worker in a
+// fixed order, so the result is bitwise independent of the thread count and
+// of scheduling: no reduction across workers at all (the price: no
+// parallelism inside one K/V head; B H_kv work items). dQ accumulates in the
+// output itself when the storage is the accumulation type, otherwise in one
+// g n_q x d_k buffer per worker in the accumulation type (the size of the
+// gradient itself). D_i is recomputed per tile (rows x d_v operations against
+// the tile's rows x B_k x (2 d_k + 3 d_v)), so nothing else grows with n.
 
 template <class S, class A>
 std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b_c) {
@@ -250,11 +257,11 @@ std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b
          piece_bytes<A>(T::v_count(b_c, s.d_k)) + piece_bytes<A>(T::v_count(b_r, s.d_k)) +
          piece_bytes<A>(T::v_count(b_r, s.d_v)) + piece_bytes<A>(widen_count<A, S>(b_r * s.d_k)) +
          piece_bytes<A>(widen_count<A, S>(b_r * s.d_v)) + 2 * piece_bytes<A>(b_r) +
-         piece_bytes<A>(widen_count<A, S>(s.n_q * s.d_k));
+         piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k));
 }
 
 std::size_t backward_workers(const Shape& s, const Options& opt) {
-  return std::max<std::size_t>(1, std::min(opt.threads, s.batch * s.heads));
+  return std::max<std::size_t>(1, std::min(opt.threads, s.batch * s.kv_head_count()));
 }
 
 template <class S, class A>
@@ -298,81 +305,109 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
     w.do_buf = arena.take<A>(widen_count<A, S>(B_r * d_v));
     w.lse = arena.take<A>(B_r);
     w.D = arena.take<A>(B_r);
-    w.dq_acc = arena.take<A>(widen_count<A, S>(n_q * d_k));
+    w.dq_acc = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));
   }
   Gradients<S> g = allocate_gradients<S>(sh, opt, bytes);
   std::optional<xt::xtensor<double, 4>> ds_heads;  // dS of every head, summed over heads in order at the end
   if (opt.need_dbias) ds_heads = xt::xtensor<double, 4>(std::array<std::size_t, 4>{sh.batch, sh.heads, n_q, n_kv}, 0.0);
+  std::optional<xt::xtensor<double, 2>> dsink_heads;  // d(sink) of each (batch, head), summed over batch in order at the end
+  if (opt.sinks) dsink_heads = xt::xtensor<double, 2>(std::array<std::size_t, 2>{sh.batch, sh.heads}, 0.0);
 
-  const MaskView mask(opt.mask, sh);
+  const MaskView mask(opt, sh);
   const A scale = convert<A>(opt.resolved_scale(sh)), zero = convert<A>(0.0), one = convert<A>(1.0);
   const A minus_inf = neg_infinity<A>();
 
-  auto head = [&](std::size_t item, std::size_t worker) {
+  const std::size_t g_heads = sh.group();
+  auto kv_head = [&](std::size_t item, std::size_t worker) {
     const Scratch& w = scratch[worker];
-    const std::size_t b = item / sh.heads, h = item % sh.heads;
-    A* dq = nullptr;
-    if constexpr (std::is_same_v<S, A>) dq = &g.dq(b, h, 0, 0);
-    else dq = w.dq_acc;
-    std::fill(dq, dq + n_q * d_k, zero);
+    const std::size_t b = item / sh.kv_head_count(), hk = item % sh.kv_head_count();
+    // dQ of query head h0 + x at dq(x)
+    auto dq = [&](std::size_t x) -> A* {
+      if constexpr (std::is_same_v<S, A>) return &g.dq(b, hk * g_heads + x, 0, 0);
+      else return w.dq_acc + x * n_q * d_k;
+    };
+    for (std::size_t x = 0; x < g_heads; ++x) std::fill(dq(x), dq(x) + n_q * d_k, zero);
 
     for (std::size_t j0 = 0; j0 < n_kv; j0 += B_c) {
       const std::size_t cols = std::min(B_c, n_kv - j0);
-      const A* K_keys = T::load_k(&in.k(b, h, j0, 0), cols, d_k, w.K_keys);
-      const A* V_keys = T::load_k(&in.v(b, h, j0, 0), cols, d_v, w.V_keys);
-      const A* K_vals = T::load_v(&in.k(b, h, j0, 0), cols, d_k, w.K_vals);
+      const A* K_keys = T::load_k(&in.k(b, hk, j0, 0), cols, d_k, w.K_keys);
+      const A* V_keys = T::load_k(&in.v(b, hk, j0, 0), cols, d_v, w.V_keys);
+      const A* K_vals = T::load_v(&in.k(b, hk, j0, 0), cols, d_k, w.K_vals);
       std::fill(w.dK_j, w.dK_j + cols * d_k, zero);
       std::fill(w.dV_j, w.dV_j + cols * d_v, zero);
 
-      for (std::size_t i0 = 0; i0 < n_q; i0 += B_r) {
-        // The rows of the query block that see any key of the tile.
-        const RowSpan rs = rows_seeing(mask, b, i0, std::min(B_r, n_q - i0), j0, cols);
-        if (rs.size() == 0) continue;
-        const std::size_t r0 = i0 + rs.first, rows = rs.size();
-        const A* Q_i = as_accumulate(&in.q(b, h, r0, 0), rows * d_k, w.q_buf);
-        const A* dO_i = as_accumulate(&d_out(b, h, r0, 0), rows * d_v, w.do_buf);
+      for (std::size_t x = 0; x < g_heads; ++x) {
+        const std::size_t h = hk * g_heads + x;
+        for (std::size_t i0 = 0; i0 < n_q; i0 += B_r) {
+          // The rows of the query block that see any key of the tile.
+          const RowSpan rs = rows_seeing(mask, b, i0, std::min(B_r, n_q - i0), j0, cols);
+          if (rs.size() == 0) continue;
+          const std::size_t r0 = i0 + rs.first, rows = rs.size();
+          const A* Q_i = as_accumulate(&in.q(b, h, r0, 0), rows * d_k, w.q_buf);
+          const A* dO_i = as_accumulate(&d_out(b, h, r0, 0), rows * d_v, w.do_buf);
 
-        // S = scale Q_i K_j^T + mask;  P = exp(S - lse_i), 0 on a fully masked row
-        T::scores(Q_i, K_keys, w.P, rows, cols, d_k, scale);
-        // dP = dO_i V_j^T
-        T::scores(dO_i, V_keys, w.dS, rows, cols, d_v, one);
-        for (std::size_t r_ = 0; r_ < rows; ++r_) {
-          const std::size_t i = r0 + r_;
-          A* p = w.P + r_ * cols;
-          A* ds = w.dS + r_ * cols;
-          mask_row_if_partial(p, mask, b, i, j0, cols);
-          const A lse = convert<A>(saved.lse(b, h, i));
-          if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);
-          else std::fill(p, p + cols, zero);
-          // D_i = dO_i . O_i;  dS = P o (dP - D_i)
-          const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
-          for (std::size_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - d_i);
-          if (ds_heads)
-            for (std::size_t c = 0; c < cols; ++c) (*ds_heads)(b, h, i, j0 + c) = convert<double>(ds[c]);
+          // S = scale Q_i K_j^T (+ soft-cap, ALiBi, mask);  P = exp(S - lse_i), 0 on a fully masked row
+          T::scores(Q_i, K_keys, w.P, rows, cols, d_k, scale);
+          // dP = dO_i V_j^T
+          T::scores(dO_i, V_keys, w.dS, rows, cols, d_v, one);
+          for (std::size_t r_ = 0; r_ < rows; ++r_) {
+            const std::size_t i = r0 + r_;
+            A* p = w.P + r_ * cols;
+            A* ds = w.dS + r_ * cols;
+            // the soft-cap's derivative, in T_ij until the transposes need it
+            if (mask.softcap()) softcap_slope(p, w.T_ij + r_ * cols, cols, *mask.softcap());
+            mask_row_if_partial(p, mask, b, h, i, j0, cols);
+            const A lse = convert<A>(saved.lse(b, h, i));
+            if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);
+            else std::fill(p, p + cols, zero);
+            // D_i = dO_i . O_i;  dS = P o (dP - D_i)
+            const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
+            for (std::size_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - d_i);
+            if (ds_heads)
+              for (std::size_t c = 0; c < cols; ++c) (*ds_heads)(b, h, i, j0 + c) = convert<double>(ds[c]);
+            if (mask.softcap())
+              for (std::size_t c = 0; c < cols; ++c) ds[c] *= w.T_ij[r_ * cols + c];
+          }
+          // dQ_i += dS' K_j
+          T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, cols, d_k);
+          // dV_j += P^T dO_i
+          transpose(w.P, rows, cols, w.T_ij);
+          T::pv(w.T_ij, T::load_v(&d_out(b, h, r0, 0), rows, d_v, w.dO_vals), w.dV_j, cols, rows, d_v);
+          // dK_j += dS'^T Q_i
+          transpose(w.dS, rows, cols, w.T_ij);
+          T::pv(w.T_ij, T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals), w.dK_j, cols, rows, d_k);
         }
-        // dQ_i += dS K_j
-        T::pv(w.dS, K_vals, dq + r0 * d_k, rows, cols, d_k);
-        // dV_j += P^T dO_i
-        transpose(w.P, rows, cols, w.T_ij);
-        T::pv(w.T_ij, T::load_v(&d_out(b, h, r0, 0), rows, d_v, w.dO_vals), w.dV_j, cols, rows, d_v);
-        // dK_j += dS^T Q_i
-        transpose(w.dS, rows, cols, w.T_ij);
-        T::pv(w.T_ij, T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals), w.dK_j, cols, rows, d_k);
       }
-      S* dk = &g.dk(b, h, j0, 0);
-      S* dv = &g.dv(b, h, j0, 0);
+      S* dk = &g.dk(b, hk, j0, 0);
+      S* dv = &g.dv(b, hk, j0, 0);
       for (std::size_t x = 0; x < cols * d_k; ++x) dk[x] = convert<S>(A(scale * w.dK_j[x]));
       for (std::size_t x = 0; x < cols * d_v; ++x) dv[x] = convert<S>(w.dV_j[x]);
     }
-    S* dq_out = &g.dq(b, h, 0, 0);
-    for (std::size_t x = 0; x < n_q * d_k; ++x) dq_out[x] = convert<S>(A(scale * dq[x]));
+    for (std::size_t x = 0; x < g_heads; ++x) {
+      const std::size_t h = hk * g_heads + x;
+      S* dq_out = &g.dq(b, h, 0, 0);
+      for (std::size_t e = 0; e < n_q * d_k; ++e) dq_out[e] = convert<S>(A(scale * dq(x)[e]));
+      // d(sink_h) over this batch's rows: -sum_i exp(sink_h - lse_i) D_i
+      const A sink = convert<A>(mask.sink(h));
+      if (!dsink_heads || !(sink > minus_inf)) continue;
+      A sum = zero;
+      for (std::size_t i = 0; i < n_q; ++i) {
+        const A lse = convert<A>(saved.lse(b, h, i));
+        const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
+        sum -= exp_of<A>(A(sink - lse)) * d_i;
+      }
+      (*dsink_heads)(b, h) = convert<double>(sum);
+    }
   };
-  parallel_for(sh.batch * sh.heads, n_workers, head);
+  parallel_for(sh.batch * sh.kv_head_count(), n_workers, kv_head);
 
   if (ds_heads)
     for (std::size_t b = 0; b < sh.batch; ++b)
       for (std::size_t h = 0; h < sh.heads; ++h)
         for (std::size_t x = 0; x < n_q * n_kv; ++x) g.dbias->data()[x] += (*ds_heads)(b, h, x / n_kv, x % n_kv);
+  if (dsink_heads)
+    for (std::size_t b = 0; b < sh.batch; ++b)
+      for (std::size_t h = 0; h < sh.heads; ++h) (*g.dsinks)(h) += (*dsink_heads)(b, h);
   return g;
 }
 
