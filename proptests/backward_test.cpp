@@ -29,6 +29,29 @@ struct Problem {
   Mask mask;
   std::uint64_t seed;
   double logit_scale = 1.0;
+  // the variants (problem.hpp)
+  std::optional<double> softcap;
+  bool sinks = false;        // N(0, 2) sink logits, the first head's -inf
+  bool alibi = false;        // the paper's geometric slopes
+  std::size_t documents = 0;  // packed documents of equal length (+ the remainder)
+
+  Options options(const Shape& s) const {
+    Options opt;
+    opt.mask = mask;
+    opt.softcap = softcap;
+    if (sinks) {
+      NormalStream normal(seed + 90);
+      opt.sinks = xt::xtensor<double, 1>::from_shape({s.heads});
+      for (std::size_t h = 0; h < s.heads; ++h) (*opt.sinks)(h) = h == 0 ? -std::numeric_limits<double>::infinity() : 2 * normal.next();
+    }
+    if (alibi) opt.alibi_slopes = alibi_slopes(s.heads);
+    if (documents) {
+      Segments seg = Segments::from_shape({1, s.n_kv});
+      for (std::size_t j = 0; j < s.n_kv; ++j) seg(0, j) = std::int64_t(j / ((s.n_kv + documents - 1) / documents));
+      opt.segments = seg;
+    }
+    return opt;
+  }
 };
 
 // The agreement test's masks (test_problems.hpp), each with a fully masked
@@ -55,14 +78,28 @@ std::vector<Problem> problems() {
       {"boolean mask", {1, 2, 30, 50, 8, 8}, mask::Boolean{allowed_with_unseen_key(30, 50, 206)}, 206},
       {"ALiBi bias, causal by -inf", {2, 2, 33, 40, 16, 8}, mask::AdditiveBias{alibi_bias_masked_row(33, 40, 0.25)}, 207},
       {"large logits 30", {1, 2, 31, 47, 32, 32}, mask::Causal{}, 208, 30.0},
+      {"grouped K/V heads g = 3, causal", {1, 6, 29, 29, 16, 8, 2}, mask::Causal{}, 209},
+      // (at logits x 4 the cap saturates and the tight verdict's resolution in
+      // fp64, 1-3 ulp errors against a floor of one rounding of each score
+      // and of the row's logsumexp, was measured at 10.7x for streaming:
+      // past the power check's 10x; logits x 2 keeps the cap active at 10x)
+      {"soft-cap 2 at logits x 2, window 9", {1, 2, 33, 33, 16, 16}, mask::SlidingWindow{9}, 210, 2.0, 2.0},
+      {"sinks (head 0: -inf), causal cross", {2, 2, 21, 40, 8, 12}, mask::Causal{}, 211, 1.0, {}, true},
+      {"ALiBi and 3 documents, causal", {1, 4, 36, 36, 16, 16}, mask::Causal{}, 212, 1.0, {}, false, true, 3},
+      {"every variant, GQA g = 2", {2, 4, 25, 25, 16, 16, 2}, mask::Causal{}, 213, 1.0, 3.0, true, true, 2},
+      {"multi-query attention (H_kv = 1), keypad", {2, 4, 20, 31, 8, 8, 1}, mask::KeyPadding{{31, 12}}, 214},
   };
 }
 
 // L = <G, O(in)> in 50 digits, by its own loops (not the library's kernels):
 // the function whose derivative the gradients must be.
 // `bias_dir`: a direction of the additive bias too (t times it is added).
+// `sink_dir`: a direction of the sink logits too. The variants by their
+// definitions (problem.hpp): K/V head h / g, c tanh(s / c), ALiBi's
+// slope_h (j - i - (n_kv - n_q)), documents, the sink in the denominator.
 exact_t loss(const Inputs<double>& in, const xt::xtensor<double, 4>& g, const Options& opt, const Inputs<double>& dir,
-             const exact_t& t, const xt::xtensor<double, 2>* bias_dir = nullptr) {
+             const exact_t& t, const xt::xtensor<double, 2>* bias_dir = nullptr,
+             const xt::xtensor<double, 1>* sink_dir = nullptr) {
   const Shape sh = in.shape();
   const MaskView mask(opt, sh);
   const exact_t scale = exact_t(opt.resolved_scale(sh));
@@ -72,29 +109,32 @@ exact_t loss(const Inputs<double>& in, const xt::xtensor<double, 4>& g, const Op
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h)
       for (std::size_t i = 0; i < sh.n_q; ++i) {
-        const auto keys = mask.keys(b, i);
-        exact_t m = 0;
-        bool any = false;
+        const std::size_t hk = h / sh.group();
+        const bool has_sink = opt.sinks && std::isfinite((*opt.sinks)(h));
+        const exact_t sink = has_sink ? exact_t((*opt.sinks)(h)) + (sink_dir ? t * (*sink_dir)(h) : exact_t(0)) : 0;
+        exact_t m = sink;
+        bool any = has_sink;
         for (std::size_t j = 0; j < sh.n_kv; ++j) {
-          const double offset = mask.elementwise() ? mask.offset(i, j) : 0.0;
-          seen[j] = j >= keys.begin && j < keys.end && std::isfinite(offset);
+          seen[j] = mask.visible(b, i, j);
           if (!seen[j]) continue;
           exact_t dot = 0;
           for (std::size_t l = 0; l < sh.d_k; ++l)
-            dot += (exact_t(in.q(b, h, i, l)) + t * dir.q(b, h, i, l)) * (exact_t(in.k(b, h, j, l)) + t * dir.k(b, h, j, l));
-          s[j] = dot * scale + offset;
+            dot += (exact_t(in.q(b, h, i, l)) + t * dir.q(b, h, i, l)) * (exact_t(in.k(b, hk, j, l)) + t * dir.k(b, hk, j, l));
+          s[j] = dot * scale;
+          if (opt.softcap) s[j] = exact_t(*opt.softcap) * tanh(s[j] / exact_t(*opt.softcap));
+          s[j] += mask.alibi(h, i, j) + mask.offset(i, j);
           if (bias_dir) s[j] += t * (*bias_dir)(i, j);
           m = any ? std::max(m, s[j]) : s[j];
           any = true;
         }
         if (!any) continue;  // O_i = 0
-        exact_t l = 0;
+        exact_t l = has_sink ? exp(sink - m) : exact_t(0);
         for (auto& x : o) x = 0;
         for (std::size_t j = 0; j < sh.n_kv; ++j) {
           if (!seen[j]) continue;
           const exact_t p = exp(s[j] - m);
           l += p;
-          for (std::size_t c = 0; c < sh.d_v; ++c) o[c] += p * (exact_t(in.v(b, h, j, c)) + t * dir.v(b, h, j, c));
+          for (std::size_t c = 0; c < sh.d_v; ++c) o[c] += p * (exact_t(in.v(b, hk, j, c)) + t * dir.v(b, hk, j, c));
         }
         for (std::size_t c = 0; c < sh.d_v; ++c) total += g(b, h, i, c) * (o[c] / l);
       }
@@ -111,12 +151,12 @@ TEST(BackwardFormulas, FiniteDifferencesIn50DigitsMatchTo25Digits) {
   const exact_t t("1e-20");
   std::size_t checked = 0;
   for (const Problem& p : problems()) {
-    if (p.logit_scale != 1.0) continue;
+    if (p.logit_scale > 10) continue;
     Shape small = p.shape;  // the 50-digit loops: keep B H n_q n_kv d small
     small.batch = std::min<std::size_t>(small.batch, 2);
-    small.heads = 1;
-    Options opt;
-    opt.mask = p.mask;
+    small.heads = p.sinks ? 2 : p.shape.group();  // one K/V head (with sinks: a -inf and a finite one)
+    small.kv_heads = p.sinks ? 2 : 1;
+    Options opt = p.options(small);
     if (auto* kp = std::get_if<mask::KeyPadding>(&opt.mask)) kp->valid_length.resize(small.batch);
     const Inputs<double> in = random_inputs(small, p.seed);
     const auto g = random_d_out(small, p.seed + 1);
@@ -176,6 +216,34 @@ TEST(BackwardFormulas, BiasGradientMatchesFiniteDifferences) {
   }
 }
 
+// d(sinks) by the same central difference along a random direction of the
+// sink logits (with X = 0 for Q, K, V), in 50 digits to 25 as above, with
+// grouped heads, soft-capping, ALiBi and a causal mask around it.
+TEST(BackwardFormulas, SinkGradientMatchesFiniteDifferences) {
+  const Problem p{"sinks", {2, 4, 9, 11, 4, 3, 2}, mask::Causal{}, 311, 1.0, 3.0, true, true};
+  const Inputs<double> in = random_inputs(p.shape, p.seed);
+  const auto g = random_d_out(p.shape, p.seed + 1);
+  Options opt = p.options(p.shape);
+  (*opt.sinks)(0) = 0.5;  // every head with a finite sink here
+  NormalStream normal(312);
+  auto dir = xt::xtensor<double, 1>::from_shape({p.shape.heads});
+  for (double& x : dir) x = normal.next();
+  Inputs<double> zero = in;
+  for (auto* t : {&zero.q, &zero.k, &zero.v}) std::fill(t->begin(), t->end(), 0.0);
+  const exact_t t("1e-20");
+  const exact_t fd = (loss(in, g, opt, zero, t, nullptr, &dir) - loss(in, g, opt, zero, -t, nullptr, &dir)) / (2 * t);
+  const exact_t dot = backends::reference_gradient_dot(in, g, opt, zero, &dir);
+  const exact_t rel = abs(fd - dot) / abs(fd);
+  std::printf("  d(sinks) along a random direction: %s, relative difference %s\n", dot.str(30).c_str(),
+              rel.str(3).c_str());
+  EXPECT_LT(rel, exact_t("1e-25"));
+  EXPECT_GT(abs(dot), exact_t("1e-3"));  // not trivially zero
+  // Power: one sink changed by one part in 1e15 must miss the 25 digits.
+  Options off = opt;
+  (*off.sinks)(1) *= 1 + 1e-15;
+  EXPECT_GT(abs(fd - backends::reference_gradient_dot(in, g, off, zero, &dir)) / abs(fd), exact_t("1e-25"));
+}
+
 // Every backend x precision x policy against the reference gradients: the
 // worst-case and the tight verdicts; exact zeros for keys no query sees and
 // fully masked rows; and the tight verdict's power: the same result with its
@@ -185,11 +253,10 @@ TEST(Backward, EveryBackendAgreesWithTheReferenceInEveryPrecision) {
   for (const Problem& p : problems()) {
     const Inputs<double> in = random_inputs(p.shape, p.seed, p.logit_scale);
     const auto d_out = random_d_out(p.shape, p.seed + 7);
-    Options opt;
-    opt.mask = p.mask;
+    Options opt = p.options(p.shape);
     opt.need_dbias = std::holds_alternative<mask::AdditiveBias>(p.mask);
     for (const PrecisionInfo& prec : precisions()) {
-      if (p.logit_scale > 1 && prec.bytes == 2) continue;  // logits 30 x |q||k| overflow nothing, but fp16's Q would
+      if (p.logit_scale > 10 && prec.bytes == 2) continue;  // logits 30 x |q||k| overflow nothing, but fp16's Q would
       const GradientTruth truth = [&] {
         // the truth of the rounded inputs and the rounded dO (what every backend sees)
         const BackwardReport r = baseline_backend().run_backward(prec.name, Accumulate::fp64, in, d_out, opt);
@@ -257,9 +324,15 @@ TEST(Backward, EveryBackendAgreesWithTheReferenceInEveryPrecision) {
           Options o = opt;
           if (b->traits.tiled) o.block_q = 16, o.block_k = 8;
           if (any_error) {
-            EXPECT_FALSE(verify_backward(worse, o, truth, &base).tight_within)
+            const GradientCheck inflated = verify_backward(worse, o, truth, &base);
+            std::string parts_seen;
+            for (const auto& part : inflated.parts)
+              parts_seen += " " + std::string(part.name) + " " + std::to_string(part.error.max_abs / part.tight_tolerance) +
+                            " of the tight tolerance (baseline's error " +
+                            std::to_string(part.baseline_error / part.tight_tolerance) + ")";
+            EXPECT_FALSE(inflated.tight_within)
                 << p.name << " / " << b->name << " " << prec.name
-                << ": an error 10x the largest any backend makes here passes the tight verdict";
+                << ": an error 10x the largest any backend makes here passes the tight verdict:" << parts_seen;
           }
         }
       }

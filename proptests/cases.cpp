@@ -1,11 +1,13 @@
 #include "cases.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <sstream>
 
 namespace attn::props {
 
 namespace {
+constexpr double inf = std::numeric_limits<double>::infinity();
 const char* mask_kind_name(MaskKind m) {
   switch (m) {
     case MaskKind::none: return "none";
@@ -69,7 +71,49 @@ Options Case::options() const {
       break;
     }
   }
+  opt.softcap = softcap;
+  NormalStream normal(seed ^ 0x51a5u);
+  if (sinks != Sinks::none) {
+    opt.sinks = xt::xtensor<double, 1>::from_shape({shape.heads});
+    for (std::size_t h = 0; h < shape.heads; ++h)
+      (*opt.sinks)(h) = sinks == Sinks::some_minus_inf && h % 2 == 0 ? -inf : 2 * normal.next();
+  }
+  if (alibi == Alibi::geometric) opt.alibi_slopes = alibi_slopes(shape.heads);
+  if (alibi == Alibi::random) {
+    opt.alibi_slopes = xt::xtensor<double, 1>::from_shape({shape.heads});
+    for (std::size_t h = 0; h < shape.heads; ++h) (*opt.alibi_slopes)(h) = 0.5 * normal.next();
+  }
+  if (documents > 0) {
+    // `documents` runs per batch row, cut at random tokens; with
+    // documents_split every third run takes the id of the run two before it
+    // (one document in two pieces, another between them)
+    Segments seg = Segments::from_shape({shape.batch, shape.n_kv});
+    for (std::size_t b = 0; b < shape.batch; ++b) {
+      std::vector<std::size_t> cuts;
+      for (std::size_t d = 1; d < documents && shape.n_kv > 1; ++d)
+        cuts.push_back(1 + std::size_t(std::fabs(normal.next()) * 1e6) % (shape.n_kv - 1));
+      std::sort(cuts.begin(), cuts.end());
+      std::int64_t run = 0;
+      for (std::size_t j = 0; j < shape.n_kv; ++j) {
+        while (std::size_t(run) < cuts.size() && cuts[std::size_t(run)] == j) ++run;  // duplicate cuts: one run
+        seg(b, j) = documents_split && run % 3 == 2 ? run - 2 : run;
+      }
+    }
+    opt.segments = seg;
+  }
   return opt;
+}
+
+Case Case::plain() const {
+  Case c = *this;
+  c.shape.heads = shape.heads;
+  c.shape.kv_heads = 0;
+  c.softcap.reset();
+  c.sinks = Sinks::none;
+  c.alibi = Alibi::none;
+  c.documents = 0;
+  c.documents_split = false;
+  return c;
 }
 
 bool Case::has_masked_rows() const {
@@ -97,6 +141,11 @@ std::string describe(const Case& c) {
   if (c.mask == MaskKind::boolean || c.mask == MaskKind::bias)
     os << " (masked row " << c.masked_row << ", masked keys [" << c.masked_keys_begin << ", " << c.masked_keys_end
        << "))";
+  if (c.shape.kv_head_count() != c.shape.heads) os << " (grouped: g=" << c.shape.group() << ")";
+  if (c.softcap) os << " softcap=" << *c.softcap;
+  if (c.sinks != Case::Sinks::none) os << " sinks=" << (c.sinks == Case::Sinks::random ? "random" : "some -inf");
+  if (c.alibi != Case::Alibi::none) os << " alibi=" << (c.alibi == Case::Alibi::geometric ? "geometric" : "random");
+  if (c.documents) os << " documents=" << c.documents << (c.documents_split ? " (split)" : "");
   os << " magnitude=" << magnitude_name(c.magnitude) << " logit_scale=" << c.logit_scale
      << " accumulate=" << accumulate_name(c.policy) << " block_q=" << c.block_q  << " block_k=" << c.block_k
      << " threads=" << c.threads << " seed=" << c.seed;
@@ -112,6 +161,11 @@ void classify(const Case& c) {
   RC_CLASSIFY(c.shape.d_k != c.shape.d_v, "d_k != d_v");
   RC_CLASSIFY(c.has_masked_rows(), "fully masked rows");
   RC_CLASSIFY(c.block_k > 0 && c.shape.n_kv % c.block_k != 0, "ragged key blocks");
+  RC_CLASSIFY(c.shape.kv_head_count() != c.shape.heads, "grouped K/V heads");
+  RC_CLASSIFY(c.softcap.has_value(), "soft-capped");
+  RC_CLASSIFY(c.sinks != Case::Sinks::none, "sinks");
+  RC_CLASSIFY(c.alibi != Case::Alibi::none, "ALiBi");
+  RC_CLASSIFY(c.documents > 0, "documents");
 }
 
 rc::Gen<Case> gen_case(double cost_budget, bool allow_masks) {
@@ -121,6 +175,12 @@ rc::Gen<Case> gen_case(double cost_budget, bool allow_masks) {
     auto extent = [&](std::size_t hi) { return *rc::gen::inRange<std::size_t>(1, 1 + std::min<std::size_t>(hi, 3 * size + 2)); };
     c.shape.batch = *rc::gen::inRange<std::size_t>(1, 3);
     c.shape.heads = *rc::gen::inRange<std::size_t>(1, 3);
+    // grouped K/V heads in a quarter of the cases: H = g H_kv, g in 2 .. 4
+    if (*rc::gen::inRange(0, 4) == 0) {
+      const std::size_t g = *rc::gen::inRange<std::size_t>(2, 5);
+      c.shape.kv_heads = c.shape.heads;
+      c.shape.heads *= g;
+    }
     c.shape.n_q = extent(300);
     c.shape.n_kv = extent(300);
     c.shape.d_k = *rc::gen::inRange<std::size_t>(1, 2 + std::min(256, 3 * size));
@@ -160,6 +220,13 @@ rc::Gen<Case> gen_case(double cost_budget, bool allow_masks) {
     c.block_k = *rc::gen::element<std::size_t>(0, 0, 1, 5, 16, 31, 64, 512);
     c.threads = *rc::gen::element<std::size_t>(1, 1, 2, 3);
     c.seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
+    if (*rc::gen::inRange(0, 4) == 0) c.softcap = *rc::gen::element(0.5, 5.0, 30.0, 50.0);
+    if (*rc::gen::inRange(0, 4) == 0) c.sinks = *rc::gen::element(Case::Sinks::random, Case::Sinks::some_minus_inf);
+    if (*rc::gen::inRange(0, 4) == 0) c.alibi = *rc::gen::element(Case::Alibi::geometric, Case::Alibi::random);
+    if (allow_masks && *rc::gen::inRange(0, 4) == 0) {
+      c.documents = *rc::gen::inRange<std::size_t>(1, 9);
+      c.documents_split = *rc::gen::inRange(0, 4) == 0;
+    }
     return c;
   });
 }

@@ -6,6 +6,7 @@
 
 #include <rapidcheck.h>
 
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -35,12 +36,24 @@ struct Case {
   std::size_t block_q = 0, block_k = 0;  // 0: the backend's default
   std::size_t threads = 1;               // Options::threads (streaming's workers)
   std::uint64_t seed = 0;
+  // The variants (problem.hpp), each present in about a quarter of the cases:
+  // shape.kv_heads = heads / group (grouped-query attention when group > 1)
+  std::optional<double> softcap;
+  enum class Sinks { none, random, some_minus_inf } sinks = Sinks::none;  // N(0, 2) logits per head
+  enum class Alibi { none, geometric, random } alibi = Alibi::none;
+  std::size_t documents = 0;     // > 0: packed documents of random lengths (segments)
+  bool documents_split = false;  // one document id reused after another (a split document)
 
   // The inputs for storage whose largest finite value is max_storage (Q is
   // scaled per format only for Magnitude::near_limit).
   Inputs<double> inputs(double max_storage, double max_accumulate) const;
   Options options() const;
   bool has_masked_rows() const;
+  bool has_variants() const {
+    return shape.kv_head_count() != shape.heads || softcap || sinks != Sinks::none || alibi != Alibi::none || documents > 0;
+  }
+  // The case without any variant (the MHA shape, plain scores).
+  Case plain() const;
 };
 
 void showValue(const Case& c, std::ostream& os);

@@ -37,15 +37,14 @@ Run run_case(const BackendInfo& b, const Case& c, std::string_view precision, bo
         if (std::fabs(x) > max_s / 2) return run;  // would round to inf or sit at the format's edge
     double mag = 0;
     const Shape sh = in.shape();
-    for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
-      for (std::size_t i = 0; i < sh.n_q; ++i)
-        for (std::size_t j = 0; j < sh.n_kv; ++j) {
-          double dot = 0;
-          for (std::size_t l = 0; l < sh.d_k; ++l)
-            dot += std::fabs(in.q.data()[(bh * sh.n_q + i) * sh.d_k + l] *
-                             in.k.data()[(bh * sh.n_kv + j) * sh.d_k + l]);
-          mag = std::max(mag, dot);
-        }
+    for (std::size_t bb = 0; bb < sh.batch; ++bb)
+      for (std::size_t h = 0; h < sh.heads; ++h)
+        for (std::size_t i = 0; i < sh.n_q; ++i)
+          for (std::size_t j = 0; j < sh.n_kv; ++j) {
+            double dot = 0;
+            for (std::size_t l = 0; l < sh.d_k; ++l) dot += std::fabs(in.q(bb, h, i, l) * in.k(bb, h / sh.group(), j, l));
+            mag = std::max(mag, dot);
+          }
     if (mag > max_a / 8) return run;  // Q.K would overflow the accumulation type
   }
   run.opt = override_opt ? *override_opt : c.options();
@@ -74,10 +73,14 @@ bool row_fully_masked(const Run& run, std::size_t bi, std::size_t i) {
   return (*run.r.lse).data()[bi * run.in.shape().n_q + i] == -inf;
 }
 
-// Whether query i of batch bb may attend to key j under the run's mask.
-bool visible(const MaskView& mask, std::size_t bb, std::size_t i, std::size_t j) {
-  const auto keys = mask.keys(bb, i);
-  return j >= keys.begin && j < keys.end && !(mask.elementwise() && mask.offset(i, j) == -inf);
+// Whether query i of batch bb may attend to key j under the run's mask (and documents).
+bool visible(const MaskView& mask, std::size_t bb, std::size_t i, std::size_t j) { return mask.visible(bb, i, j); }
+
+// The sink's weight exp(sink_h - lse_i) of row i of head h (0 without a sink).
+double sink_weight(const Run& run, std::size_t bb, std::size_t h, std::size_t i) {
+  if (!run.opt.sinks) return 0.0;
+  const double lse = (*run.r.lse)(bb, h, i);
+  return std::isfinite(lse) ? std::exp((*run.opt.sinks)(h) - lse) : 0.0;
 }
 
 // The run's weights against weights computed apart from every backend
@@ -123,11 +126,14 @@ std::map<std::string, std::map<std::string, int>>& case_tally() {
 }
 
 // Rows of the weights sum to 1 within the derived bound; weights in [0, 1];
-// and they are the weights an independent computation finds.
-ATTN_PROPERTY(rows_sum_to_one, "rows sum to 1", 2e6, b, c) {
+// and they are the weights an independent computation finds. With sinks, a
+// row sums to 1 - exp(sink_h - lse_i) (the sink's own weight, from the run's
+// logsumexp: within the row-sum bound plus what the logsumexp's bound moves
+// it by), and a fully masked row to 0 with lse_i = sink_h.
+ATTN_PROPERTY(rows_sum_to_one, "rows sum to 1 (1 - the sink's weight)", 2e6, b, c) {
   for_each_precision(b, c, true, [&](const Run& run) {
     const auto& w = *run.r.weights;
-    const std::size_t n_kv = w.shape(3), rows = w.size() / n_kv;
+    const std::size_t n_kv = w.shape(3), n_q = w.shape(2), heads = w.shape(1), rows = w.size() / n_kv;
     const double tol = b.traits.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum;
     for (std::size_t r = 0; r < rows; ++r) {
       double sum = 0;
@@ -137,8 +143,9 @@ ATTN_PROPERTY(rows_sum_to_one, "rows sum to 1", 2e6, b, c) {
         RC_ASSERT(p <= 1.0);
         sum += p;
       }
-      if (row_fully_masked(run, r / w.shape(2), r % w.shape(2))) RC_ASSERT(sum == 0.0);
-      else RC_ASSERT(std::fabs(sum - 1) <= tol);
+      const double sink = sink_weight(run, r / (heads * n_q), r / n_q % heads, r % n_q);
+      if (row_fully_masked(run, r / n_q, r % n_q)) RC_ASSERT(sum == 0.0);
+      else RC_ASSERT(std::fabs(sum - (1 - sink)) <= tol + (sink > 0 ? sink * std::expm1(run.bound.lse) : 0.0));
     }
     assert_weights_match_independent(run);
   });
@@ -165,7 +172,7 @@ ATTN_PROPERTY(masked_weights_are_zero_and_masked_inputs_irrelevant, "masked weig
     for (std::size_t j = 0; j < sh.n_kv; ++j) {
       if (visible(mask, 0, i, j)) continue;
       any = true;
-      for (std::size_t h = 0; h < sh.heads; ++h) {
+      for (std::size_t h = 0; h < sh.kv_head_count(); ++h) {
         for (std::size_t l = 0; l < sh.d_k; ++l) changed.k(0, h, j, l) = std::round(8 * normal.next()) / 4;
         for (std::size_t l = 0; l < sh.d_v; ++l) changed.v(0, h, j, l) = std::round(8 * normal.next()) / 4;
       }
@@ -205,8 +212,10 @@ ATTN_PROPERTY(agrees_with_reference, "agrees with reference (bound, 2x naive)", 
 // the output unchanged within the two runs' bounds, plus what the rounding
 // of the shifted bias itself (fl(b + c) != b + c, found exactly by TwoSum)
 // does to an exact softmax: max|v| expm1(2 max|db|).
+// (Not with sinks: the sink's logit does not move with the row.)
 ATTN_PROPERTY(shift_invariant, "shift invariant", 1e6, b, c) {
   if (c.mask != MaskKind::none && c.mask != MaskKind::bias) return;
+  if (c.sinks != Case::Sinks::none) return;
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
     auto bias = xt::xtensor<double, 2>(xt::zeros<double>({sh.n_q, sh.n_kv}));
@@ -238,13 +247,15 @@ ATTN_PROPERTY(shift_invariant, "shift invariant", 1e6, b, c) {
 // Each output coordinate lies between the min and max of its value column
 // over the keys the row sees, up to the rounding of the weights' sum, of the
 // accumulation and of the storage (slack times the largest |v| seen); a
-// fully masked row is exactly 0.
+// fully masked row is exactly 0. With a sink (a key of value 0) the hull
+// takes in 0, and the sink's weight adds its own rounding.
 ATTN_PROPERTY(outputs_in_convex_hull, "outputs in convex hull", 1e6, b, c) {
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
     const MaskView mask(run.opt, sh);
     const double slack = (b.traits.weights_from_lse ? run.bound.row_sum_from_lse : run.bound.row_sum) +
-                         gamma(double(sh.n_kv) + 2, run.r.u_acc) + run.r.u_store;
+                         gamma(double(sh.n_kv) + 3, run.r.u_acc) + run.r.u_store +
+                         (run.opt.sinks ? std::expm1(run.bound.lse) : 0.0);
     for (std::size_t bb = 0; bb < sh.batch; ++bb)
       for (std::size_t h = 0; h < sh.heads; ++h)
         for (std::size_t i = 0; i < sh.n_q; ++i) {
@@ -256,9 +267,10 @@ ATTN_PROPERTY(outputs_in_convex_hull, "outputs in convex hull", 1e6, b, c) {
               continue;
             }
             double lo = inf, hi = -inf, mag = 0;
+            if (run.opt.sinks && (*run.opt.sinks)(h) > -inf) lo = hi = 0;
             for (std::size_t j = 0; j < sh.n_kv; ++j) {
               if (!visible(mask, bb, i, j)) continue;
-              const double v = run.in.v(bb, h, j, col);
+              const double v = run.in.v(bb, h / sh.group(), j, col);
               lo = std::min(lo, v);
               hi = std::max(hi, v);
               mag = std::max(mag, std::fabs(v));
@@ -276,6 +288,8 @@ ATTN_PROPERTY(outputs_in_convex_hull, "outputs in convex hull", 1e6, b, c) {
 ATTN_PROPERTY(permutation_equivariant, "permutation equivariant", 5e4, b, c0) {
   Case c = c0;
   c.mask = MaskKind::none;
+  c.alibi = Case::Alibi::none;  // ALiBi and documents depend on positions
+  c.documents = 0;
   c.shape.n_kv = c.shape.n_q;
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
@@ -286,10 +300,13 @@ ATTN_PROPERTY(permutation_equivariant, "permutation equivariant", 5e4, b, c0) {
       std::swap(perm[i - 1], perm[std::size_t(std::fabs(normal.next()) * 1e6) % i]);
     Inputs<double> tokens = run.in, pairs = run.in;
     for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
+      for (std::size_t i = 0; i < sh.n_q; ++i)
+        for (std::size_t l = 0; l < sh.d_k; ++l)
+          tokens.q.data()[(bh * sh.n_q + i) * sh.d_k + l] = run.in.q.data()[(bh * sh.n_q + perm[i]) * sh.d_k + l];
+    for (std::size_t bh = 0; bh < sh.batch * sh.kv_head_count(); ++bh)
       for (std::size_t i = 0; i < sh.n_q; ++i) {
         const std::size_t p = perm[i];
         for (std::size_t l = 0; l < sh.d_k; ++l) {
-          tokens.q.data()[(bh * sh.n_q + i) * sh.d_k + l] = run.in.q.data()[(bh * sh.n_q + p) * sh.d_k + l];
           tokens.k.data()[(bh * sh.n_kv + i) * sh.d_k + l] = run.in.k.data()[(bh * sh.n_kv + p) * sh.d_k + l];
           pairs.k.data()[(bh * sh.n_kv + i) * sh.d_k + l] = run.in.k.data()[(bh * sh.n_kv + p) * sh.d_k + l];
         }
@@ -324,7 +341,7 @@ ATTN_PROPERTY(permutation_equivariant, "permutation equivariant", 5e4, b, c0) {
 ATTN_PROPERTY(score_variance_scales_with_dk, "score variance d_k and 1", 1e6, b, c) {
   const std::size_t d = std::clamp<std::size_t>(c.shape.d_k * c.shape.d_v, 1, 1024);
   const std::size_t samples = std::clamp<std::size_t>(std::size_t(1e5 / double(d)), 200, 20000);
-  Case s = c;
+  Case s = c.plain();
   s.shape = {1, samples, 1, 1, d, 1};
   s.mask = MaskKind::none;
   s.magnitude = Magnitude::unit;
@@ -442,8 +459,9 @@ BackwardRun run_backward_case(const BackendInfo& b, const Case& c, std::string_v
     a1 = std::max(a1, sum);
   }
   const double p1 = a1 * max_abs_of(run.in.v), scale = std::fabs(run.opt.resolved_scale(sh));
-  const double largest = std::max({scale * max_abs_of(run.in.k) * 2 * p1, scale * max_abs_of(run.in.q) * double(sh.n_q) * 2 * p1,
-                                   double(sh.n_q) * max_abs_of(run.d_out)});
+  const double rows = double(sh.n_q * sh.group());  // the terms of a dK or dV element
+  const double largest = std::max({scale * max_abs_of(run.in.k) * 2 * p1, scale * max_abs_of(run.in.q) * rows * 2 * p1,
+                                   rows * max_abs_of(run.d_out)});
   if (largest > p.max_finite / 4 || largest > accumulation_max_finite(p, c.policy) / 8) return run;
   run.r = b.run_backward(precision, c.policy, run.in, run.d_out, run.opt);
   run.ok = true;
@@ -501,30 +519,35 @@ ATTN_PROPERTY(gradients_agree_with_reference, "gradients agree with reference", 
 // sum_j dK_j = 0; sum_j dV_j = sum of dO_i over the rows that see a key;
 // each row of d(bias) sums to 0. Exactly so for the exact gradients: the
 // computed sums are within n_kv times the probabilistic bound of one gradient
-// (plus the double sum's rounding).
+// (plus the double sum's rounding). A K/V head's sums run over its g query
+// heads. Soft-capping breaks the first (dS' = dS o f is no longer a
+// zero-sum row) and a sink all three (its weight is missing from each row):
+// those cases check what still holds.
 ATTN_PROPERTY(gradient_sums, "sum dK = 0, sum dV = sum dO, d(bias) rows sum 0", 5e5, b, c) {
   for_each_backward(b, c, [&](const BackwardRun& run) {
     const Shape sh = run.in.shape();
     const GradientBound bound = probable_bound(run);
     const MaskView mask(run.opt, sh);
-    const double n = double(sh.n_kv), sum_rounding = gamma(n + double(sh.n_q), 0x1p-53);
+    const double n = double(sh.n_kv), sum_rounding = gamma(n + double(sh.n_q * sh.group()), 0x1p-53);
+    const bool sinks = run.opt.sinks.has_value();
     for (std::size_t bb = 0; bb < sh.batch; ++bb)
-      for (std::size_t h = 0; h < sh.heads; ++h) {
-        for (std::size_t l = 0; l < sh.d_k; ++l) {
+      for (std::size_t hk = 0; hk < sh.kv_head_count(); ++hk) {
+        for (std::size_t l = 0; l < sh.d_k && !sinks && !run.opt.softcap; ++l) {
           double sum = 0, mag = 0;
-          for (std::size_t j = 0; j < sh.n_kv; ++j) sum += run.r.grads.dk(bb, h, j, l), mag += std::fabs(run.r.grads.dk(bb, h, j, l));
+          for (std::size_t j = 0; j < sh.n_kv; ++j) sum += run.r.grads.dk(bb, hk, j, l), mag += std::fabs(run.r.grads.dk(bb, hk, j, l));
           RC_ASSERT(std::fabs(sum) <= n * bound.dk + sum_rounding * mag);
         }
-        for (std::size_t l = 0; l < sh.d_v; ++l) {
+        for (std::size_t l = 0; l < sh.d_v && !sinks; ++l) {
           double sum = 0, expected = 0, mag = 0;
-          for (std::size_t j = 0; j < sh.n_kv; ++j) sum += run.r.grads.dv(bb, h, j, l), mag += std::fabs(run.r.grads.dv(bb, h, j, l));
-          for (std::size_t i = 0; i < sh.n_q; ++i)
-            if (sees_a_key(mask, bb, i, sh.n_kv))
-              expected += run.r.rounded_d_out(bb, h, i, l), mag += std::fabs(run.r.rounded_d_out(bb, h, i, l));
+          for (std::size_t j = 0; j < sh.n_kv; ++j) sum += run.r.grads.dv(bb, hk, j, l), mag += std::fabs(run.r.grads.dv(bb, hk, j, l));
+          for (std::size_t h = hk * sh.group(); h < (hk + 1) * sh.group(); ++h)
+            for (std::size_t i = 0; i < sh.n_q; ++i)
+              if (sees_a_key(mask, bb, i, sh.n_kv))
+                expected += run.r.rounded_d_out(bb, h, i, l), mag += std::fabs(run.r.rounded_d_out(bb, h, i, l));
           RC_ASSERT(std::fabs(sum - expected) <= n * bound.dv + sum_rounding * mag);
         }
       }
-    if (run.r.grads.dbias)
+    if (run.r.grads.dbias && !sinks)
       for (std::size_t i = 0; i < sh.n_q; ++i) {
         double sum = 0, mag = 0;
         for (std::size_t j = 0; j < sh.n_kv; ++j) sum += (*run.r.grads.dbias)(i, j), mag += std::fabs((*run.r.grads.dbias)(i, j));
@@ -578,7 +601,7 @@ ATTN_PROPERTY(masked_gradients, "masked gradients 0, dQ_i blind to the future", 
         bool seen = false;
         for (std::size_t i = 0; i < sh.n_q && !seen; ++i) seen = visible(mask, bb, i, j);
         if (seen) continue;
-        for (std::size_t h = 0; h < sh.heads; ++h) {
+        for (std::size_t h = 0; h < sh.kv_head_count(); ++h) {
           for (std::size_t l = 0; l < sh.d_k; ++l) RC_ASSERT(run.r.grads.dk(bb, h, j, l) == 0.0);
           for (std::size_t l = 0; l < sh.d_v; ++l) RC_ASSERT(run.r.grads.dv(bb, h, j, l) == 0.0);
         }
@@ -598,7 +621,7 @@ ATTN_PROPERTY(masked_gradients, "masked gradients 0, dQ_i blind to the future", 
     Inputs<double> changed = run.in;
     NormalStream normal(c.seed + 31);
     const double max_k = std::floor(4 * max_abs_of(run.in.k)) / 4, max_v = std::floor(4 * max_abs_of(run.in.v)) / 4;
-    for (std::size_t h = 0; h < sh.heads; ++h)
+    for (std::size_t h = 0; h < sh.kv_head_count(); ++h)
       for (std::size_t j = last; j < sh.n_kv; ++j) {
         for (std::size_t l = 0; l < sh.d_k; ++l) changed.k(0, h, j, l) = std::clamp(std::round(8 * normal.next()) / 4, -max_k, max_k);
         for (std::size_t l = 0; l < sh.d_v; ++l) changed.v(0, h, j, l) = std::clamp(std::round(8 * normal.next()) / 4, -max_v, max_v);
@@ -633,6 +656,193 @@ ATTN_PROPERTY(backward_deterministic_and_block_independent, "backward: determini
     RC_ASSERT(compare(other.r.grads.dq, run.r.grads.dq, 0x1p-53).max_abs <= 2 * bound.dq);
     RC_ASSERT(compare(other.r.grads.dk, run.r.grads.dk, 0x1p-53).max_abs <= 2 * bound.dk);
     RC_ASSERT(compare(other.r.grads.dv, run.r.grads.dv, 0x1p-53).max_abs <= 2 * bound.dv);
+  });
+}
+
+}  // namespace attn::props
+
+// --- The variants (problem.hpp) --------------------------------------------------------
+namespace attn::props {
+namespace {
+
+// Q, K, V of batch bb, query head h (and its K/V head), tokens [t0, t1) of
+// the queries and keys: a single-head problem.
+Inputs<double> slice(const Inputs<double>& in, std::size_t bb, std::size_t h, std::size_t q0, std::size_t q1,
+                     std::size_t k0, std::size_t k1) {
+  const Shape sh = in.shape();
+  const std::size_t hk = h / sh.group();
+  Inputs<double> s{xt::xtensor<double, 4>::from_shape({1, 1, q1 - q0, sh.d_k}),
+                   xt::xtensor<double, 4>::from_shape({1, 1, k1 - k0, sh.d_k}),
+                   xt::xtensor<double, 4>::from_shape({1, 1, k1 - k0, sh.d_v})};
+  for (std::size_t i = q0; i < q1; ++i)
+    for (std::size_t l = 0; l < sh.d_k; ++l) s.q(0, 0, i - q0, l) = in.q(bb, h, i, l);
+  for (std::size_t j = k0; j < k1; ++j) {
+    for (std::size_t l = 0; l < sh.d_k; ++l) s.k(0, 0, j - k0, l) = in.k(bb, hk, j, l);
+    for (std::size_t l = 0; l < sh.d_v; ++l) s.v(0, 0, j - k0, l) = in.v(bb, hk, j, l);
+  }
+  return s;
+}
+
+// One entry of a per-head option (sinks, slopes) as a one-head option.
+std::optional<xt::xtensor<double, 1>> head_of(const std::optional<xt::xtensor<double, 1>>& t, std::size_t h) {
+  if (!t) return std::nullopt;
+  return xt::xtensor<double, 1>({(*t)(h)});
+}
+
+}  // namespace
+
+// Grouped-query attention is multi-head attention on K and V with each head
+// repeated g times (query head h reading copy h of K/V head h / g): the
+// same values in the same order of operations, so bit for bit, output and
+// logsumexp, in every backend (none materialises the copies).
+ATTN_PROPERTY(grouped_equals_repeated, "GQA = MHA on repeated K/V (bitwise)", 5e5, b, c0) {
+  Case c = c0;
+  if (c.shape.group() == 1) {  // make it grouped: g = 2 .. 3
+    c.shape.kv_heads = c.shape.heads;
+    c.shape.heads *= 2 + c.seed % 2;
+  }
+  for_each_precision(b, c, false, [&](const Run& run) {
+    const Shape sh = run.in.shape();
+    Inputs<double> repeated{run.in.q, xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, sh.n_kv, sh.d_k}),
+                            xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, sh.n_kv, sh.d_v})};
+    for (std::size_t bb = 0; bb < sh.batch; ++bb)
+      for (std::size_t h = 0; h < sh.heads; ++h)
+        for (std::size_t j = 0; j < sh.n_kv; ++j) {
+          for (std::size_t l = 0; l < sh.d_k; ++l) repeated.k(bb, h, j, l) = run.in.k(bb, h / sh.group(), j, l);
+          for (std::size_t l = 0; l < sh.d_v; ++l) repeated.v(bb, h, j, l) = run.in.v(bb, h / sh.group(), j, l);
+        }
+    const Run mha = run_case(b, c, run.precision, false, &run.opt, &repeated);
+    RC_ASSERT(mha.ok);
+    RC_ASSERT(mha.r.out == run.r.out);
+    RC_ASSERT(*mha.r.lse == *run.r.lse);
+  });
+}
+
+// Soft-capped scores lie in [-c, c]: with no ALiBi, bias or sink, each row's
+// logsumexp lies in [-c, c] + log(keys seen), within its bound. And a cap of
+// 1e30 is no cap: plain attention within the two runs' bounds.
+ATTN_PROPERTY(softcap_bounds_the_scores, "soft-cap: |s| <= c, c = 1e30 is plain", 5e5, b, c0) {
+  Case c = c0;
+  if (!c.softcap) c.softcap = 0.5;
+  c.alibi = Case::Alibi::none;
+  c.sinks = Case::Sinks::none;
+  if (c.mask == MaskKind::bias) c.mask = MaskKind::boolean;
+  for_each_precision(b, c, false, [&](const Run& run) {
+    const Shape sh = run.in.shape();
+    const MaskView mask(run.opt, sh);
+    const double cap = *run.opt.softcap;
+    for (std::size_t bb = 0; bb < sh.batch; ++bb)
+      for (std::size_t h = 0; h < sh.heads; ++h)
+        for (std::size_t i = 0; i < sh.n_q; ++i) {
+          std::size_t seen = 0;
+          for (std::size_t j = 0; j < sh.n_kv; ++j) seen += visible(mask, bb, i, j);
+          const double lse = (*run.r.lse)(bb, h, i);
+          if (seen == 0) {
+            RC_ASSERT(lse == -inf);
+            continue;
+          }
+          RC_ASSERT(lse <= cap + std::log(double(seen)) + run.bound.lse);
+          RC_ASSERT(lse >= -cap + std::log(double(seen)) - run.bound.lse);
+        }
+    Options huge = run.opt, none = run.opt;
+    huge.softcap = 1e30;
+    none.softcap.reset();
+    const Run a = run_case(b, c, run.precision, false, &huge, &run.in), p = run_case(b, c, run.precision, false, &none, &run.in);
+    RC_ASSERT(a.ok && p.ok);
+    RC_ASSERT(compare(a.r.out, p.r.out, run.r.u_store).max_abs <= a.bound.out + p.bound.out);
+  });
+}
+
+// A sink of -inf is no sink: plain attention, bit for bit (output and logsumexp).
+ATTN_PROPERTY(sink_minus_inf_is_plain, "sink -inf = no sink (bitwise)", 5e5, b, c) {
+  for_each_precision(b, c, false, [&](const Run& run) {
+    Options none = run.opt, minus_inf = run.opt;
+    none.sinks.reset();
+    minus_inf.sinks = xt::xtensor<double, 1>(std::array<std::size_t, 1>{run.in.shape().heads}, -inf);
+    const Run p = run_case(b, c, run.precision, false, &none, &run.in);
+    const Run s = run_case(b, c, run.precision, false, &minus_inf, &run.in);
+    RC_ASSERT(p.ok && s.ok);
+    RC_ASSERT(s.r.out == p.r.out);
+    RC_ASSERT(*s.r.lse == *p.r.lse);
+  });
+}
+
+// ALiBi computed on the fly equals ALiBi given as an explicit additive bias
+// tensor slope_h (j - i - (n_kv - n_q)) per head (with the masks and
+// documents folded in as -inf): bit for bit where both visit the same keys
+// (the textbook backends, which visit every key; every backend without a
+// structural mask), else within the two runs' bounds.
+ATTN_PROPERTY(alibi_equals_explicit_bias, "ALiBi on the fly = explicit bias", 3e5, b, c0) {
+  Case c = c0;
+  if (c.alibi == Case::Alibi::none) c.alibi = Case::Alibi::geometric;
+  if (c.mask == MaskKind::bias || c.mask == MaskKind::boolean) c.mask = MaskKind::causal;
+  for_each_precision(b, c, false, [&](const Run& run) {
+    const Shape sh = run.in.shape();
+    const MaskView mask(run.opt, sh);
+    const bool same_keys = b.traits.baseline || b.traits.exact || (c.mask == MaskKind::none && c.documents == 0);
+    for (std::size_t bb = 0; bb < sh.batch; ++bb)
+      for (std::size_t h = 0; h < sh.heads; ++h) {
+        Options explicit_bias = run.opt;
+        explicit_bias.alibi_slopes.reset();
+        explicit_bias.segments.reset();
+        explicit_bias.sinks = head_of(run.opt.sinks, h);
+        auto bias = xt::xtensor<double, 2>::from_shape({sh.n_q, sh.n_kv});
+        for (std::size_t i = 0; i < sh.n_q; ++i)
+          for (std::size_t j = 0; j < sh.n_kv; ++j) bias(i, j) = visible(mask, bb, i, j) ? mask.alibi(h, i, j) : -inf;
+        explicit_bias.mask = mask::AdditiveBias{bias};
+        const Inputs<double> one = slice(run.in, bb, h, 0, sh.n_q, 0, sh.n_kv);
+        Case one_head = c;
+        one_head.shape = one.shape();
+        const Run e = run_case(b, one_head, run.precision, false, &explicit_bias, &one);
+        RC_ASSERT(e.ok);
+        for (std::size_t i = 0; i < sh.n_q; ++i)
+          for (std::size_t l = 0; l < sh.d_v; ++l) {
+            const double x = e.r.out(0, 0, i, l), y = run.r.out(bb, h, i, l);
+            if (same_keys) RC_ASSERT(x == y);
+            else RC_ASSERT(std::fabs(x - y) <= e.bound.out + run.bound.out);
+          }
+      }
+  });
+}
+
+// Packed documents: self-attention over documents packed in one sequence
+// equals attending within each document separately (its tokens sliced out,
+// the same mask, ALiBi positions relative as before): bit for bit in the
+// textbook backends (each row visits its keys in order), else within the
+// two runs' bounds.
+ATTN_PROPERTY(documents_equal_separate_runs, "documents = separate runs", 3e5, b, c0) {
+  Case c = c0;
+  c.shape.n_kv = c.shape.n_q;
+  if (c.mask != MaskKind::causal && c.mask != MaskKind::window) c.mask = MaskKind::none;
+  if (c.documents == 0) c.documents = 2 + c.seed % 4;
+  c.documents_split = false;
+  for_each_precision(b, c, false, [&](const Run& run) {
+    const Shape sh = run.in.shape();
+    const Segments& seg = *run.opt.segments;
+    const bool bitwise = b.traits.baseline || b.traits.exact;
+    for (std::size_t bb = 0; bb < sh.batch; ++bb)
+      for (std::size_t t0 = 0; t0 < sh.n_kv;) {
+        std::size_t t1 = t0 + 1;
+        while (t1 < sh.n_kv && seg(bb, t1) == seg(bb, t0)) ++t1;
+        for (std::size_t h = 0; h < sh.heads; ++h) {
+          Options own = run.opt;
+          own.segments.reset();
+          own.sinks = head_of(run.opt.sinks, h);
+          own.alibi_slopes = head_of(run.opt.alibi_slopes, h);
+          const Inputs<double> doc = slice(run.in, bb, h, t0, t1, t0, t1);
+          Case one = c;
+          one.shape = doc.shape();
+          const Run d = run_case(b, one, run.precision, false, &own, &doc);
+          RC_ASSERT(d.ok);
+          for (std::size_t i = t0; i < t1; ++i)
+            for (std::size_t l = 0; l < sh.d_v; ++l) {
+              const double x = d.r.out(0, 0, i - t0, l), y = run.r.out(bb, h, i, l);
+              if (bitwise) RC_ASSERT(x == y);
+              else RC_ASSERT(std::fabs(x - y) <= d.bound.out + run.bound.out);
+            }
+        }
+        t0 = t1;
+      }
   });
 }
 

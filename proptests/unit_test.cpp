@@ -15,6 +15,7 @@
 #include "attn/parallel.hpp"
 #include "attn/random.hpp"
 #include "attn/registry.hpp"
+#include "attn/simd.hpp"
 #include "attn/verify.hpp"
 
 namespace attn {
@@ -204,6 +205,46 @@ TEST(VectorExp, WithinTwoUlpOfStdExpOverTheSoftmaxRange) {
   std::printf("vectorised exp: %zu arguments in [-104, 0], worst %.3f ulp at x = %.9g\n", xs.size(), worst_ulp,
               worst_x);
   EXPECT_LE(worst_ulp, 2.0) << "at x = " << worst_x;
+}
+
+// The soft-cap's tanh (problem.hpp softcap_row with c = 1, vector kernel and
+// scalar tail, and the scalar path of the naive backend) against an exact
+// tanh (long double's for float and double) within softcap_tanh_ulps units
+// of the result's last place, the figure the error bounds take (metrics.hpp):
+// every 256th float bit pattern in [-10, 10] (beyond, tanh is +-1 in float),
+// and 2^20 doubles spread over [-20, 20]. Arrays of odd length, so the
+// vector kernel's scalar tail is measured too.
+template <class T>
+double worst_tanh_ulps(std::vector<T> xs, bool simd) {
+  std::vector<T> t = xs;
+  softcap_row(t.data(), t.size(), 1.0, simd);
+  double worst = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const long double want = std::tanh(static_cast<long double>(xs[i]));
+    const double ulp = std::ldexp(1.0, std::max(std::ilogb(double(want)), std::numeric_limits<T>::min_exponent - 1) -
+                                           std::numeric_limits<T>::digits + 1);
+    worst = std::max(worst, double(std::fabs(static_cast<long double>(t[i]) - want)) / ulp);
+  }
+  return worst;
+}
+
+TEST(VectorTanh, SoftcapWithinItsUlpBoundInFloatAndDouble) {
+  std::vector<float> xf;
+  for (std::uint32_t bits = 0; bits <= 0x41200000u; bits += 256) {  // [0, 10] and its negatives
+    xf.push_back(std::bit_cast<float>(bits));
+    xf.push_back(-std::bit_cast<float>(bits));
+  }
+  xf.push_back(0.5f);  // odd length: a scalar tail
+  std::vector<double> xd;
+  NormalStream normal(77);
+  for (std::size_t i = 0; i < (1u << 20) + 3; ++i) xd.push_back(std::clamp(5 * normal.next(), -20.0, 20.0));
+  for (bool simd : {true, false}) {
+    const double f = worst_tanh_ulps(xf, simd), d = worst_tanh_ulps(xd, simd);
+    std::printf("soft-cap tanh (%s, %s): float worst %.3f ulp over %zu arguments, double worst %.3f ulp over %zu\n",
+                simd ? "vector kernel" : "scalar", std::string(simd_summary()).c_str(), f, xf.size(), d, xd.size());
+    EXPECT_LE(f, softcap_tanh_ulps);
+    EXPECT_LE(d, softcap_tanh_ulps);
+  }
 }
 
 // The vectorised widening of bf16/fp16 tiles equals the scalar conversion

@@ -39,18 +39,19 @@ template ErrorStats compare(const xt::xtensor<double, 4>&, const xt::xtensor<dou
 template ErrorStats compare(const xt::xtensor<double, 2>&, const xt::xtensor<double, 2>&, double);
 template ErrorStats compare(const xt::xtensor<double, 1>&, const xt::xtensor<double, 1>&, double);
 
-double max_row_sum_error(const xt::xtensor<double, 4>& w) {
+double max_row_sum_error(const xt::xtensor<double, 4>& w, const xt::xtensor<double, 4>* expected) {
   const std::size_t n_kv = w.shape(3), rows = w.size() / n_kv;
   double worst = 0;
   for (std::size_t r = 0; r < rows; ++r) {
     const double* p = w.data() + r * n_kv;
-    double sum = 0;
+    double sum = 0, want = expected ? 0 : 1;
     bool any = false;
     for (std::size_t j = 0; j < n_kv; ++j) {
       sum += p[j];
       any = any || p[j] != 0;
+      if (expected) want += expected->data()[r * n_kv + j];
     }
-    if (any) worst = std::max(worst, std::fabs(sum - 1));
+    if (any) worst = std::max(worst, std::fabs(sum - want));
   }
   return worst;
 }
@@ -180,7 +181,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
   std::vector<double> sink_mass(sh.heads, 0.0), sink_terms(sh.heads, 0.0), sink_w(block);
   std::vector<double> s(block * n_kv), dp(block * n_kv), c(block * n_kv), o(block * d_v), abs_q(block * d),
       abs_k(n_kv * d), cq(block * d), ck(n_kv * d), cols(n_kv), mags(block * n_kv), a(block * n_kv), ak(n_kv * d),
-      abs_do(block * d_v), pv(n_kv * d_v);
+      abs_do(block * d_v), pv(n_kv * d_v), cap_slope(opt.softcap ? block * n_kv : 0);
   std::vector<double> heads(opt.need_dbias ? sh.n_q * n_kv : 0), c_heads(heads.size()), a_heads(heads.size());
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
@@ -212,6 +213,8 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         for (std::size_t r = 0; r < rows; ++r) {
           const std::size_t i = i0 + r;
           double* p = s.data() + r * n_kv;
+          if (opt.softcap)  // the soft-cap's derivative f, which scales dS into dS' for dQ and dK
+            for (std::size_t j = 0; j < n_kv; ++j) cap_slope[r * n_kv + j] = 1 - std::pow(std::tanh(p[j] / *opt.softcap), 2);
           mask.apply(p, b, h, i, 0, n_kv);
           double m = sink;
           for (std::size_t j = 0; j < n_kv; ++j) m = std::max(m, p[j]);
@@ -229,8 +232,14 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
             p[j] /= sum;
             cols[j] += p[j];
             if (!heads.empty()) heads[i * n_kv + j] += p[j];
-            if (p[j] > 0)
-              weighted += p[j] * (mags[r * n_kv + j] + std::fabs(mask.alibi(h, i, j)) + std::fabs(mask.offset(i, j)));
+            // a score's one rounding, u times its magnitude; soft-capped: the raw
+            // score's, damped by the cap's derivative f, and the capped score's
+            double score = mags[r * n_kv + j];
+            if (opt.softcap) {
+              const double f = cap_slope[r * n_kv + j];
+              score = f * score + *opt.softcap * std::sqrt(1 - f);  // |c tanh(raw / c)| = c sqrt(1 - f)
+            }
+            if (p[j] > 0) weighted += p[j] * (score + std::fabs(mask.alibi(h, i, j)) + std::fabs(mask.offset(i, j)));
           }
           g.scales.score = std::max(g.scales.score, weighted);
           g.scales.score_lse = std::max(g.scales.score_lse, weighted + lse);
@@ -249,6 +258,10 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
             a[r * n_kv + j] = p[j] * std::fabs(dp[r * n_kv + j] - d_i);
             if (!c_heads.empty()) c_heads[(i0 + r) * n_kv + j] += c[r * n_kv + j];
             if (!a_heads.empty()) a_heads[(i0 + r) * n_kv + j] += a[r * n_kv + j];
+            if (opt.softcap) {  // d(bias) takes dS, dQ and dK take dS' = dS f
+              c[r * n_kv + j] *= cap_slope[r * n_kv + j];
+              a[r * n_kv + j] *= cap_slope[r * n_kv + j];
+            }
           }
         }
         // dQ's floor: c |K| per row;  dK's: c^T |Q| summed over the blocks

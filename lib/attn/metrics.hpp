@@ -22,7 +22,9 @@ ErrorStats compare(const xt::xtensor<double, N>& got, const xt::xtensor<double, 
 
 // max over rows of |sum_j w_ij - 1|, skipping rows that are entirely zero
 // (fully masked rows, checked separately); weights: [B, H, n_q, n_kv].
-double max_row_sum_error(const xt::xtensor<double, 4>& weights);
+// With `expected` (the truth's weights, for sinks, whose rows sum to
+// 1 - the sink's weight): |sum_j w_ij - sum_j expected_ij|.
+double max_row_sum_error(const xt::xtensor<double, 4>& weights, const xt::xtensor<double, 4>* expected = nullptr);
 
 // gamma_k = k u / (1 - k u) (Higham, Accuracy and Stability, sec. 3.1);
 // +inf when k u >= 1, where no worst-case bound exists.

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <algorithm>
@@ -161,8 +162,10 @@ class MaskView {
   // s[c], the scaled score scale q_i . k_j of key j = j0 + c of row (b, h, i),
   // for c < cols, becomes the final score (top of this file) in A: keys
   // outside keys(b, i) -inf; soft-cap first, so a masked key stays -inf.
+  // `simd`: softcap_row's.
   template <class A>
-  void apply(A* s, std::size_t b, std::size_t h, std::size_t i, std::size_t j0, std::size_t cols) const;
+  void apply(A* s, std::size_t b, std::size_t h, std::size_t i, std::size_t j0, std::size_t cols,
+             bool simd = true) const;
 
  private:
   bool same_document(std::size_t b, std::size_t i, std::size_t j) const {
@@ -189,16 +192,25 @@ class MaskView {
   bool elementwise_ = false;
 };
 
-// c tanh(s / c) of n scores in place, in A: for float and double the
-// dispatched vector kernel (attn/simd.hpp, xsimd's tanh), else tanh_of.
+// c tanh(s / c) of n scores in place, in A: for float and double with
+// `simd` the dispatched vector kernel (attn/simd.hpp, xsimd's tanh, whose
+// result may differ in the last bit from the scalar tail's, so it depends
+// on where a row starts), else tanh_of element by element (the naive
+// backend's textbook order).
 void softcap_row_f32(float* s, std::size_t n, float c);
 void softcap_row_f64(double* s, std::size_t n, double c);
 template <class A>
-void softcap_row(A* s, std::size_t n, double c) {
+void softcap_row(A* s, std::size_t n, double c, bool simd = true) {
   if constexpr (std::is_same_v<A, float>) {
-    softcap_row_f32(s, n, float(c));
+    if (simd) return softcap_row_f32(s, n, float(c));
+    for (std::size_t j = 0; j < n; ++j) s[j] = float(c) * std::tanh(s[j] / float(c));
   } else if constexpr (std::is_same_v<A, double>) {
-    softcap_row_f64(s, n, c);
+    if (simd) return softcap_row_f64(s, n, c);
+    for (std::size_t j = 0; j < n; ++j) s[j] = c * std::tanh(s[j] / c);
+  } else if constexpr (is_narrow_float<A>) {
+    // in float, rounded once (fp16 cannot hold a cap above 65504)
+    const float cap = float(c);
+    for (std::size_t j = 0; j < n; ++j) s[j] = A(cap * std::tanh(static_cast<float>(s[j]) / cap));
   } else {
     const A cap = convert<A>(c);
     for (std::size_t j = 0; j < n; ++j) s[j] = A(cap * tanh_of<A>(A(s[j] / cap)));
@@ -206,13 +218,14 @@ void softcap_row(A* s, std::size_t n, double c) {
 }
 
 template <class A>
-void MaskView::apply(A* s, std::size_t b, std::size_t h, std::size_t i, std::size_t j0, std::size_t cols) const {
+void MaskView::apply(A* s, std::size_t b, std::size_t h, std::size_t i, std::size_t j0, std::size_t cols,
+                     bool simd) const {
   const Range keys = this->keys(b, i);
   const A minus_inf = neg_infinity<A>();
   const std::size_t lo = std::clamp(keys.begin, j0, j0 + cols), hi = std::clamp(keys.end, lo, j0 + cols);
   std::fill(s, s + (lo - j0), minus_inf);
   std::fill(s + (hi - j0), s + cols, minus_inf);
-  if (softcap_) softcap_row(s + (lo - j0), hi - lo, *softcap_);
+  if (softcap_) softcap_row(s + (lo - j0), hi - lo, *softcap_, simd);
   if (!slopes_ && !has_offset() && !doc_split_) return;
   for (std::size_t j = lo; j < hi; ++j) {
     A& x = s[j - j0];

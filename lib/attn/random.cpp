@@ -49,8 +49,8 @@ xt::xtensor<double, 4> random_d_out(const Shape& s, std::uint64_t seed) {
 Inputs<double> random_inputs(const Shape& s, std::uint64_t seed, double logit_scale) {
   NormalStream normal(seed);
   Inputs<double> in{xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_q, s.d_k}),
-                    xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_kv, s.d_k}),
-                    xt::xtensor<double, 4>::from_shape({s.batch, s.heads, s.n_kv, s.d_v})};
+                    xt::xtensor<double, 4>::from_shape({s.batch, s.kv_head_count(), s.n_kv, s.d_k}),
+                    xt::xtensor<double, 4>::from_shape({s.batch, s.kv_head_count(), s.n_kv, s.d_v})};
   for (double& x : in.q) x = logit_scale * normal.next();
   for (double& x : in.k) x = normal.next();
   for (double& x : in.v) x = normal.next();

@@ -9,7 +9,7 @@
 
 namespace attn {
 
-// Q, K, V with iid N(0, 1) entries; Q is multiplied by logit_scale, so the
+// Q [B, H, n_q, d_k], K, V [B, H_kv, n_kv, d] with iid N(0, 1) entries; Q is multiplied by logit_scale, so the
 // default-scaled scores q.k / sqrt(d_k) have standard deviation logit_scale.
 Inputs<double> random_inputs(const Shape& s, std::uint64_t seed, double logit_scale = 1.0);
 

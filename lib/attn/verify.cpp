@@ -128,8 +128,13 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
     const bool rebuilt = r.traits.weights_from_lse;
     c.weights = compare(*r.weights, *t.result.weights, r.u_acc);
     c.tolerance_weights = (rebuilt ? c.bound.weights_from_lse : c.bound.weights) + t.weights_error;
-    c.row_sum_error = max_row_sum_error(*r.weights);
-    c.tolerance_row_sum = rebuilt ? c.bound.row_sum_from_lse : c.bound.row_sum;
+    // With sinks a row sums to 1 - p_sink: against the truth's row sums, and
+    // the sink's weight moves with the scores as any weight does (+ weights,
+    // + the truth's sum of n_kv weights rounded to double).
+    const bool sinks = opt.sinks.has_value();
+    c.row_sum_error = max_row_sum_error(*r.weights, sinks ? &*t.result.weights : nullptr);
+    c.tolerance_row_sum = (rebuilt ? c.bound.row_sum_from_lse : c.bound.row_sum) +
+                          (sinks ? c.bound.weights + gamma(double(r.rounded_inputs.shape().n_kv), 0x1p-53) : 0.0);
     c.within = c.within && c.weights.max_abs <= c.tolerance_weights && c.row_sum_error <= c.tolerance_row_sum;
     tight_weights = (rebuilt ? c.probable.weights_from_lse : c.probable.weights) + t.weights_error;
   }

@@ -168,19 +168,20 @@ A dot_loops(const X* x, const Y* y, std::size_t n) {
 }
 
 // Finishes the scaled scores s[0, cols) of query i of head h (batch b) for
-// keys j0 .. j0 + cols: MaskView::apply (soft-cap, ALiBi, bias; -inf where masked).
+// keys j0 .. j0 + cols: MaskView::apply (soft-cap, ALiBi, bias; -inf where
+// masked); `simd`: the soft-cap's vector kernel (the naive backend keeps scalar tanh).
 template <class A>
 void mask_row(A* s, const MaskView& mask, std::size_t b, std::size_t h, std::size_t i, std::size_t j0,
-              std::size_t cols) {
-  mask.apply(s, b, h, i, j0, cols);
+              std::size_t cols, bool simd = true) {
+  mask.apply(s, b, h, i, j0, cols, simd);
 }
 
 // The soft-cap's derivative at the scaled scores raw[0, n): f_j = 1 - (s_j / c)^2,
 // s_j = c tanh(raw_j / c) as MaskView::apply forms it (the backward's dS' = dS o f).
 template <class A>
-void softcap_slope(const A* raw, A* f, std::size_t n, double c) {
+void softcap_slope(const A* raw, A* f, std::size_t n, double c, bool simd = true) {
   std::copy(raw, raw + n, f);
-  softcap_row(f, n, c);
+  softcap_row(f, n, c, simd);
   const A cap = convert<A>(c), one = convert<A>(1.0);
   for (std::size_t j = 0; j < n; ++j) {
     const A t = f[j] / cap;

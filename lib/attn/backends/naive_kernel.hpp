@@ -72,7 +72,7 @@ Result<S> naive_attention(const Inputs<S>& in, const Options& opt, Workspace& ws
         A* s_i = scores.data() + i * n_kv;
         const auto keys = mask.keys(b, i);
         scores_loops<A, S>(q + i * d_k, k + keys.begin * d_k, s_i + keys.begin, 1, keys.size(), d_k, scale);
-        mask_row(s_i, mask, b, h, i, 0, n_kv);
+        mask_row(s_i, mask, b, h, i, 0, n_kv, /*simd=*/false);
       }
 
       for (std::size_t i = 0; i < n_q; ++i) {
@@ -144,8 +144,8 @@ void naive_backward_into(const Inputs<S>& in, const xt::xtensor<S, 4>* saved_out
           const auto keys = mask.keys(b, i);
           std::fill(p_i, p_i + n_kv, zero);
           scores_loops<A, S>(q + i * d_k, k + keys.begin * d_k, p_i + keys.begin, 1, keys.size(), d_k, scale);
-          if (mask.softcap()) softcap_slope(p_i, cap_slope.data(), n_kv, *mask.softcap());
-          mask_row(p_i, mask, b, h, i, 0, n_kv);
+          if (mask.softcap()) softcap_slope(p_i, cap_slope.data(), n_kv, *mask.softcap(), /*simd=*/false);
+          mask_row(p_i, mask, b, h, i, 0, n_kv, /*simd=*/false);
           const RowSoftmax<A> row = softmax_row(p_i, n_kv, false, sink_h);
           // dP_i = dO_i V^T;  D_i = dO_i . O_i (or sum_j P_ij dP_ij);  dS_i = P_i o (dP_i - D_i)
           A* ds_i = grads.data() + i * n_kv;

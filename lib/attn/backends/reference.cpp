@@ -51,7 +51,7 @@ Gradients<double> reference_gradients(const Inputs<double>& in, const xt::xtenso
 }
 
 exact_t reference_gradient_dot(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
-                               const Inputs<double>& direction) {
+                               const Inputs<double>& direction, const xt::xtensor<double, 1>* sink_direction) {
   Workspace ws;
   exact_t sum = 0;
   detail::naive_backward_into<double, exact_t>(
@@ -61,8 +61,10 @@ exact_t reference_gradient_dot(const Inputs<double>& in, const xt::xtensor<doubl
           case detail::Grad::dq: sum += x * exact_t(direction.q(b, h, row, col)); break;
           case detail::Grad::dk: sum += x * exact_t(direction.k(b, h, row, col)); break;
           case detail::Grad::dv: sum += x * exact_t(direction.v(b, h, row, col)); break;
-          case detail::Grad::dbias:
-          case detail::Grad::dsinks: break;
+          case detail::Grad::dsinks:
+            if (sink_direction) sum += x * exact_t((*sink_direction)(h));
+            break;
+          case detail::Grad::dbias: break;
         }
       });
   return sum;

@@ -12,9 +12,10 @@ namespace attn::backends {
 
 using exact_t = boost::multiprecision::cpp_bin_float_50;
 
-// <dQ, X.q> + <dK, X.k> + <dV, X.v> for the exact gradients of L = <dO, O>
-// at `in` (the directional derivative of L along X), in 50 digits.
+// <dQ, X.q> + <dK, X.k> + <dV, X.v> (+ <d(sinks), x_sinks>) for the exact
+// gradients of L = <dO, O> at `in` (the directional derivative of L along
+// X), in 50 digits.
 exact_t reference_gradient_dot(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
-                               const Inputs<double>& direction);
+                               const Inputs<double>& direction, const xt::xtensor<double, 1>* sink_direction = nullptr);
 
 }  // namespace attn::backends
