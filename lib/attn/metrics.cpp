@@ -75,6 +75,7 @@ namespace {
 // estimate, and the problem's sizes.
 struct Magnitudes {
   double score_mag = 0, max_v = 0, max_lse = 0;
+  double weighted_score = 0;  // max_i sum_j p_ij (magnitude of score ij): ErrorBound::score_weighted
   double n_kv = 1, d_k = 1, outputs = 1;  // n_kv: terms of a row's softmax (keys, and the sink)
   // Roundings of a score beyond the d_k + 4 of scale q.k + bias, each at most
   // u_acc |score magnitude|: soft-capping's division, tanh (softcap_tanh_ulps),
@@ -96,7 +97,8 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
   // (1 + d_k u) of the exact one; the factor below keeps it an upper bound.
   const double mag_up = 1 + 2 * double(sh.d_k) * 0x1p-53;
   const std::size_t block = std::min<std::size_t>(256, sh.n_q), d = sh.d_k, n_kv = sh.n_kv;
-  std::vector<double> abs_q(block * d), abs_k(n_kv * d), dots(block * n_kv), mags(block * n_kv);
+  std::vector<double> abs_q(block * d), abs_k(n_kv * d), dots(block * n_kv), mags(block * n_kv), rmags(block * n_kv);
+  double weighted_score = 0;
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
       const double* k = &in.k(b, h / sh.group(), 0, 0);
@@ -114,20 +116,38 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
         for (std::size_t r = 0; r < rows; ++r) {
           const std::size_t i = i0 + r;
           double* score = dots.data() + r * n_kv;
+          // one rounding of a score is u times its magnitude; soft-capped, the
+          // raw score's damped by the cap's derivative f, plus the capped score's
+          double* rounding = rmags.data() + r * n_kv;
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            rounding[j] = scale * mags[r * n_kv + j];
+            if (opt.softcap) {
+              const double f = 1 - std::pow(std::tanh(score[j] / *opt.softcap), 2);
+              rounding[j] = f * rounding[j] + *opt.softcap * std::sqrt(1 - f);
+            }
+          }
           mask.apply(score, b, h, i, 0, n_kv);  // the final scores, -inf where masked
           double row_max = sink;
           for (std::size_t j = 0; j < n_kv; ++j) {
             if (score[j] == -inf) continue;  // masked
             const double added = std::fabs(mask.alibi(h, i, j)) + std::fabs(mask.offset(i, j));
             score_mag = std::max(score_mag, scale * mags[r * n_kv + j] * mag_up + added);
+            rounding[j] += added;
             row_max = std::max(row_max, score[j]);
           }
-          if (std::isfinite(row_max)) max_lse = std::max(max_lse, std::fabs(row_max) + std::log(terms));
+          if (!std::isfinite(row_max)) continue;
+          max_lse = std::max(max_lse, std::fabs(row_max) + std::log(terms));
+          // the weights (the sink in the denominator) and the magnitudes they weigh
+          double l = std::exp(sink - row_max), weighted = 0;
+          for (std::size_t j = 0; j < n_kv; ++j) l += score[j] == -inf ? 0.0 : std::exp(score[j] - row_max);
+          for (std::size_t j = 0; j < n_kv; ++j)
+            if (score[j] != -inf) weighted += std::exp(score[j] - row_max) / l * rounding[j];
+          weighted_score = std::max(weighted_score, weighted);
         }
       }
     }
   for (double x : in.v) max_v = std::max(max_v, std::fabs(x));
-  Magnitudes m{score_mag, max_v, max_lse, terms, double(sh.d_k),
+  Magnitudes m{score_mag, max_v, max_lse, weighted_score, terms, double(sh.d_k),
                double(sh.batch * sh.heads * sh.n_q) * double(std::max(sh.d_v, sh.n_kv))};
   if (opt.softcap) m.extra_roundings += 3 + softcap_tanh_ulps;
   if (opt.alibi_slopes) m.extra_roundings += 2;
@@ -142,6 +162,7 @@ ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
   ErrorBound bound;
   bound.score = ds;
   bound.score_magnitude = m.score_mag;
+  bound.score_weighted = m.weighted_score;
   constexpr double u_double = 0x1p-53;  // weights and lse are returned in double
   bound.weights = std::min(1.0, std::expm1(2 * ds) + g(2 * n + 8) + u_double);
   bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + g(4 * n + 10) + u_store));

@@ -60,6 +60,10 @@ double gamma(double k, double u);
 struct ErrorBound {
   double score = 0;  // ds: the bound on any scaled, masked score's error
   double score_magnitude = 0;  // max over visible pairs of |scale| |q|.|k| + |bias|
+  // max over rows of sum_j p_ij (|scale| |q_i|.|k_j| + |bias_ij|) (soft-capped: f |scale| |q|.|k| +
+  // |capped score|, f the cap's derivative): what one rounding of each score moves a row's
+  // weights by, per unit roundoff (far keys' large ALiBi terms weigh nothing)
+  double score_weighted = 0;
   double out = 0, weights = 0, lse = 0, weights_from_lse = 0, row_sum = 0, row_sum_from_lse = 0;
 };
 ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store);

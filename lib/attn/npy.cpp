@@ -228,6 +228,13 @@ xt::xtensor<double, 1> load_npy_1d(const std::string& path, const std::string& w
 xt::xtensor<double, 2> load_npy_2d(const std::string& path, const std::string& what) {
   return load_rank<2>(path, what);
 }
+xt::xtensor<double, 2> load_npy_rows(const std::string& path, const std::string& what) {
+  Raw raw = load_raw(path, what);
+  if (raw.shape.size() == 1) raw.shape.insert(raw.shape.begin(), 1);
+  if (raw.shape.size() != 2)
+    throw Error(what + " " + path + ": has shape " + shape_string(raw.shape) + ", expected [n] or [rows, n]");
+  return as_tensor<2>(std::move(raw));
+}
 
 void write_file_atomic(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());

@@ -26,6 +26,8 @@ NpyTensor load_npy_bytes(const std::string& bytes, const std::string& what);
 // As load_npy, for a tensor of exactly `rank` dimensions.
 xt::xtensor<double, 1> load_npy_1d(const std::string& path, const std::string& what);
 xt::xtensor<double, 2> load_npy_2d(const std::string& path, const std::string& what);
+// [n] (as [1, n]) or [rows, n].
+xt::xtensor<double, 2> load_npy_rows(const std::string& path, const std::string& what);
 
 // Writes `contents` to a temporary file beside `path`, then renames it over
 // `path`: readers never see a half-written file; on failure the old file

@@ -45,6 +45,21 @@ std::string mask_name(const Mask& m) {
   return std::visit(name, m);
 }
 
+std::string variants_name(const Options& opt) {
+  std::string r;
+  auto add = [&](const std::string& x) { r += (r.empty() ? "" : " ") + x; };
+  if (opt.softcap) {
+    std::ostringstream c;
+    c << *opt.softcap;
+    add("softcap:" + c.str());
+  }
+  if (opt.sinks) add("sinks");
+  if (opt.alibi_slopes) add("alibi");
+  if (opt.segments) add("segments");
+  if (opt.kv_splits) add("kv-splits:" + std::to_string(opt.kv_splits));
+  return r;
+}
+
 double Options::resolved_scale(const Shape& s) const {
   return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(s.d_k));
 }

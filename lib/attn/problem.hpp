@@ -85,6 +85,10 @@ struct Options {
   double resolved_scale(const Shape& s) const;
 };
 
+// The variants an Options holds, for labels: "" (none), or e.g.
+// "softcap:30 sinks alibi segments kv-splits:4".
+std::string variants_name(const Options& opt);
+
 template <class S>
 struct Inputs {
   xt::xtensor<S, 4> q, k, v;

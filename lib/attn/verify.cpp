@@ -145,7 +145,7 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
   // One rounding of each output in each of the two runs, and of each score:
   // a score of magnitude s carries u_acc s of error in any correct order,
   // which the softmax turns into a relative change of the weights.
-  c.floor = 2 * (r.u_acc * (1 + c.bound.score_magnitude) + r.u_store) * max_abs(t.result.out);
+  c.floor = 2 * (r.u_acc * (1 + c.bound.score_weighted) + r.u_store) * max_abs(t.result.out);
   const bool is_baseline = r.traits.baseline;
   if (!is_baseline) {
     if (baseline) {

@@ -1,4 +1,5 @@
 // attn-lab attend: one backend on .npy files or random tensors.
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -31,10 +32,16 @@ LoadedInputs inputs_of(const Args& args) {
     r.rank = q.rank;
     r.in = {std::move(q.data), std::move(k.data), std::move(v.data)};
   } else if (args.has("--random")) {
-    const auto d = parse_counts(args.str("--random"), 6, "--random", "B,H,NQ,NKV,DK,DV");
-    r.in = random_inputs({d[0], d[1], d[2], d[3], d[4], d[5]}, args.count("--seed", 0), args.real("--logit-scale", 1.0));
+    const std::string dims = args.str("--random");
+    const bool grouped = std::count(dims.begin(), dims.end(), ',') == 6;
+    const auto d = parse_counts(dims, grouped ? 7 : 6, "--random", grouped ? "B,H,NQ,NKV,DK,DV,HKV" : "B,H,NQ,NKV,DK,DV");
+    const Shape s{d[0], d[1], d[2], d[3], d[4], d[5], grouped ? d[6] : 0};
+    if (grouped && (s.kv_heads == 0 || s.heads % s.kv_heads != 0))
+      throw Error("--random: H = " + std::to_string(s.heads) + " query heads must be a multiple of HKV = " +
+                  std::to_string(s.kv_heads) + " key/value heads (grouped-query attention)");
+    r.in = random_inputs(s, args.count("--seed", 0), args.real("--logit-scale", 1.0));
   } else {
-    throw Error("no inputs: give --q/--k/--v files or --random B,H,NQ,NKV,DK,DV");
+    throw Error("no inputs: give --q/--k/--v files or --random B,H,NQ,NKV,DK,DV[,HKV]");
   }
   return r;
 }
@@ -77,7 +84,7 @@ Json gradient_json(const BackwardReport& br, std::size_t peak, const GradientChe
 }
 
 int run(const Args& args) {
-  refuse_overwrite(args, {"--out", "--weights", "--lse", "--dq", "--dk", "--dv", "--dbias"});
+  refuse_overwrite(args, {"--out", "--weights", "--lse", "--dq", "--dk", "--dv", "--dbias", "--dsinks"});
   const LoadedInputs loaded = inputs_of(args);
   const Shape shape = loaded.in.shape();
   const bool check = args.flag("--check");
@@ -90,6 +97,7 @@ int run(const Args& args) {
   opt.allow_nonfinite = args.flag("--allow-nonfinite");
   opt.need_weights = args.has("--weights") || check;
   opt.need_lse = args.has("--lse") || check;
+  variant_options(args, opt, shape.heads, shape.batch);
 
   const BackendInfo& backend = args.has("--backend") ? backend_info(args.str("--backend")) : baseline_backend();
   const PrecisionInfo& precision = precision_info(args.str("--precision", "fp32"));
@@ -110,7 +118,7 @@ int run(const Args& args) {
 
   // The backward pass, when asked for (--backward, --grad-out or a gradient output).
   const bool backward = args.flag("--backward") || args.has("--grad-out") || args.has("--dq") || args.has("--dk") ||
-                        args.has("--dv") || args.has("--dbias");
+                        args.has("--dv") || args.has("--dbias") || args.has("--dsinks");
   std::optional<BackwardReport> br;
   std::optional<GradientCheck> gc;
   std::size_t backward_peak = 0;
@@ -125,6 +133,7 @@ int run(const Args& args) {
     if (args.has("--dk")) save_with_rank(args.str("--dk"), br->grads.dk, loaded.rank);
     if (args.has("--dv")) save_with_rank(args.str("--dv"), br->grads.dv, loaded.rank);
     if (args.has("--dbias") && br->grads.dbias) save_npy_atomic(args.str("--dbias"), *br->grads.dbias);
+    if (args.has("--dsinks") && br->grads.dsinks) save_npy_atomic(args.str("--dsinks"), *br->grads.dsinks);
     if (check) gc = verify_backward(*br, bopt);
   }
 
@@ -133,9 +142,10 @@ int run(const Args& args) {
               {"precision", precision.name},
               {"accumulate", accumulate_name(acc)},
               {"shape",
-               {{"batch", shape.batch}, {"heads", shape.heads}, {"n_q", shape.n_q}, {"n_kv", shape.n_kv},
-                {"d_k", shape.d_k}, {"d_v", shape.d_v}}},
+               {{"batch", shape.batch}, {"heads", shape.heads}, {"kv_heads", shape.kv_head_count()},
+                {"n_q", shape.n_q}, {"n_kv", shape.n_kv}, {"d_k", shape.d_k}, {"d_v", shape.d_v}}},
               {"mask", mask_name(opt.mask)},
+              {"variants", variants_name(opt)},
               {"scale", opt.resolved_scale(shape)},
               {"seconds", r.seconds},
               {"warm_seconds_median", warm_median},
@@ -167,8 +177,9 @@ int run(const Args& args) {
     if (br) j["backward"] = gradient_json(*br, backward_peak, gc ? &*gc : nullptr);
     print_json(j);
   } else {
-    std::printf("%s %s (accumulate %s), %s, mask %s\n", backend.name.c_str(), std::string(precision.name).c_str(),
-                std::string(accumulate_name(acc)).c_str(), to_string(shape).c_str(), mask_name(opt.mask).c_str());
+    std::printf("%s %s (accumulate %s), %s, mask %s%s%s\n", backend.name.c_str(), std::string(precision.name).c_str(),
+                std::string(accumulate_name(acc)).c_str(), to_string(shape).c_str(), mask_name(opt.mask).c_str(),
+                variants_name(opt).empty() ? "" : ", ", variants_name(opt).c_str());
     std::printf("  time %.6f s (cold call), peak heap %zu bytes, workspace %zu bytes\n", r.seconds, peak,
                 r.workspace_bytes);
     if (!r.warm_seconds.empty()) std::printf("  warm calls: median %.6f s of %zu\n", warm_median, r.warm_seconds.size());
@@ -222,7 +233,8 @@ extern const Command attend_command = {
 inputs (one of):
   --q Q.npy --k K.npy --v V.npy  float64, float32 or float16, C order; shapes [n, d],
                                  [heads, n, d] or [batch, heads, n, d], the same rank for all
-  --random B,H,NQ,NKV,DK,DV      iid N(0, 1) tensors of that shape
+  --random B,H,NQ,NKV,DK,DV[,HKV]   iid N(0, 1) tensors of that shape (K, V with HKV heads:
+                                 grouped-query attention; default H)
     --seed S                     seed of --random (default 0)
     --logit-scale X              multiplies Q, so scaled scores have std X (default 1)
 what to compute:
@@ -260,6 +272,7 @@ backward pass (gradients of L = <dO, O>):
   --dq DQ.npy, --dk DK.npy, --dv DV.npy   the gradients, float64, the inputs' rank
   --dbias DB.npy                 the gradient of a bias:BIAS.npy mask, [n_q, n_kv] (summed over
                                  batch and heads)
+  --dsinks DS.npy                the gradient of the --sinks logits, [H] (summed over batch and rows)
   With --check the gradients are checked too (50 digits while 2.5 B H n_q n_kv (d_k + d_v + 100)
   <= 4e6, else the math backend in fp64 with its derived bound): tight (probabilistic bound and
   2x the baseline's error + a floor) and guaranteed (the worst-case gradient bound); exit 1 if
@@ -273,9 +286,10 @@ examples:
   attn-lab attend --q q.npy --k k.npy --v v.npy --backend streaming --mask keypad:lengths.npy --out o.npy --lse l.npy
   attn-lab attend --random 1,8,4096,4096,64,64 --backend streaming --threads 2 --repeat 3
   attn-lab attend --random 2,2,100,130,32,16 --mask causal --backend streaming --backward --check
+  attn-lab attend --random 1,8,256,256,64,64,2 --mask causal --softcap 30 --alibi --backend streaming --check
 )",
-    kAttendValued,
-    kAttendFlags,
+    with(kAttendValued, kVariantValued),
+    with(kAttendFlags, kVariantFlags),
     run};
 
 }  // namespace attn::cli

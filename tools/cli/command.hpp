@@ -37,6 +37,18 @@ void refuse_overwrite(const Args& args, std::initializer_list<const char*> outpu
 Accumulate accumulate_option(const Args& args, const PrecisionInfo& p);
 // --threads (default 1), also given to OpenBLAS; validate() rejects 0.
 std::size_t threads_option(const Args& args);
+// The variants' options (problem.hpp) a command shares, and their help:
+//   --softcap C, --sinks SINKS.npy, --alibi, --alibi-slopes SLOPES.npy,
+//   --segments IDS.npy, --kv-splits K
+// each read and checked against `heads` and `batch` into `opt` (validate()
+// checks the rest against the inputs).
+inline const std::set<std::string> kVariantValued = {"--softcap", "--sinks", "--alibi-slopes", "--segments",
+                                                      "--kv-splits"};
+inline const std::set<std::string> kVariantFlags = {"--alibi"};
+void variant_options(const Args& args, Options& opt, std::size_t heads, std::size_t batch);
+extern const std::string_view kVariantHelp;
+// The union of option sets (a command's own and kVariant*).
+std::set<std::string> with(std::set<std::string> a, const std::set<std::string>& b);
 // Prints `j` as one line on stdout.
 void print_json(const Json& j);
 // Saves a tensor padded to rank 4 (or 3 for the logsumexp) with the

@@ -40,7 +40,12 @@ int dispatch(int argc, char** argv) {
     flags.insert("--help");
     const Args args(std::vector<std::string>(argv + 2, argv + argc), c.valued, flags);
     if (args.flag("--help")) {
-      std::cout << c.help;
+      // commands that take the variants' options list them before their examples
+      std::string help(c.help);
+      const auto examples = help.find("\nexamples:");
+      if (c.valued.count("--softcap") && examples != std::string::npos)
+        help.insert(examples + 1, std::string(kVariantHelp));
+      std::cout << help;
       return 0;
     }
     return c.run(args);

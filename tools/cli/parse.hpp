@@ -15,7 +15,7 @@ namespace attn::cli {
 inline const std::set<std::string> kAttendValued = {
     "--q", "--k", "--v", "--random", "--seed", "--logit-scale", "--backend", "--precision", "--accumulate", "--scale",
     "--mask", "--block-q", "--block-k", "--out", "--weights", "--lse", "--repeat", "--threads",
-    "--grad-out", "--dq", "--dk", "--dv", "--dbias"};
+    "--grad-out", "--dq", "--dk", "--dv", "--dbias", "--dsinks"};
 inline const std::set<std::string> kAttendFlags = {"--check", "--json", "--allow-nonfinite", "--force", "--help",
                                                    "--backward"};
 
