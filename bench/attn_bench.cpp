@@ -10,6 +10,11 @@
 //   attn_bwd/...    the backward pass alone (the forward's output and logsumexp prepared outside the timing)
 //   attn_bwd_mem/... the backward's memory series (B = H = 1)
 //   attn_fwdbwd/... the forward and then the backward, as one training step times them
+//   attn_var/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>/h:<H>/h_kv:<H_kv>/variant:<v>
+//       the variants (problem.hpp) against plain attention at the same shape:
+//       v = plain, gqa (H_kv < H), softcap (c = 50), sinks, alibi, documents (8)
+//   attn_decode/<backend>/<precision>/threads:<t>/n_kv:<n_kv>/d:<d>/h:<H>/h_kv:<H_kv>
+//       one decode step: n_q = 1 over a KV cache of n_kv keys (kv_bytes/s: K and V read once)
 // attn_h8, attn_bwd and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
 // backend with its own threads and OpenBLAS's thread count for the BLAS backends.
 // Counters: FLOP/s (4 B H n_q n_kv d, halved for causal; backward 2.5x that,
@@ -60,12 +65,17 @@ struct Profile {
   // series of the backward (B = H = 1, fp32, d_other) for the fused backend
   // (bwd_memory_n) and the GEMM one (bwd_gemm_memory_n: its P is n^2).
   std::vector<std::size_t> bwd_n = {}, bwd_memory_n = {}, bwd_gemm_memory_n = {};
+  // The variants: B = 1 at var_n, d = var_d (H = 8; GQA at H = 32, H_kv = 8),
+  // and decode steps over these KV cache lengths (H = 32, H_kv = 8, d = 128).
+  std::size_t var_n = 0, var_d = 128;
+  std::vector<std::size_t> decode_n_kv = {};
 };
 
 Profile profile(const std::string& name) {
   if (name == "full")
     return {{128, 256, 512, 1024, 2048, 4096, 8192, 16384}, {32, 64, 128, 256}, {1024, 4096, 16384, 65536}, {}, {},
-            {false, true}, true, 1024, 64, 4096, {}, 4096, {1024, 4096}, {256, 1024, 4096, 16384}, {256, 1024, 4096}};
+            {false, true}, true, 1024, 64, 4096, {}, 4096, {1024, 4096}, {256, 1024, 4096, 16384}, {256, 1024, 4096},
+            4096, 128, {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072}};
   if (name == "quick") {
     Profile p{{1024, 4096}, {64, 128}, {4096, 65536}, {256, 512, 2048}, {32, 256}, {false, true}, false};
     p.memory_n = {8192, 16384};
@@ -73,6 +83,8 @@ Profile profile(const std::string& name) {
     p.bwd_n = {1024, 4096};
     p.bwd_memory_n = {256, 1024, 4096, 16384};
     p.bwd_gemm_memory_n = {256, 1024, 4096};
+    p.var_n = 4096;
+    p.decode_n_kv = {1024, 8192, 32768, 131072};
     return p;
   }
   if (name == "smoke") {
@@ -84,6 +96,9 @@ Profile profile(const std::string& name) {
     p.bwd_n = {128};
     p.bwd_memory_n = {128, 256};
     p.bwd_gemm_memory_n = {128, 256};
+    p.var_n = 128;
+    p.var_d = 32;
+    p.decode_n_kv = {256};
     return p;
   }
   std::fprintf(stderr, "attn-bench: unknown profile '%s' (smoke, quick, full)\n", name.c_str());
@@ -96,6 +111,10 @@ struct Point {
   bool causal = false;
   int threads = 1;
   bool cross = false;  // named by n_q and n_kv
+  // attn_var's variant (plain, gqa, softcap, sinks, alibi, documents), or
+  // "decode" (attn_decode); empty: the other families
+  std::string variant;
+  bool verify_small = false;  // verify at n = min(n, 512) (the naive baseline at n = 4096, H = 32 takes minutes)
 };
 
 bool is_fp32(const PrecisionInfo& p) { return p.name == "fp32"; }
@@ -220,6 +239,39 @@ const std::vector<Series>& series() {
          return pts;
        },
        Pass::backward},
+      {"attn_var",
+       "the variants at var_n, var_d, causal, B = 1: softcap, sinks, alibi, documents and plain at H = 8, gqa (H_kv = 8) "
+       "and mha at H = 32; fp32, the fused backend (own threads) also bf16; every other backend but the baseline and "
+       "the exact one at n = 1024, d = 64",
+       false, [](const BackendTraits& t) { return !t.baseline && !t.exact; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
+         std::vector<Point> pts;
+         if (!prof.var_n || !(is_fp32(p) || (t.own_threads && p.name == "bf16"))) return pts;
+         auto add = [&](std::size_t n, std::size_t d) {
+           for (const char* v : {"plain", "softcap", "sinks", "alibi", "documents"})
+             pts.push_back({square(n, d, 8), true, 1, false, v, true});
+           Shape gqa = square(n, d, 32), mha = gqa;
+           gqa.kv_heads = 8;
+           pts.push_back({gqa, true, 1, false, "gqa", true});
+           pts.push_back({mha, true, 1, false, "mha", true});
+         };
+         if (t.own_threads) add(prof.var_n, prof.var_d);
+         if (is_fp32(p)) add(std::min<std::size_t>(prof.var_n, 1024), std::min<std::size_t>(prof.var_d, 64));
+         return pts;
+       }},
+      {"attn_decode",
+       "decode steps: n_q = 1 over decode_n_kv keys, H = 32, H_kv = 8, d = 128; the fused backend in fp32, bf16 and "
+       "fp16 on 1 and 2 threads, every other backend but the baseline and the exact one in fp32 on 1",
+       false, [](const BackendTraits& t) { return !t.baseline && !t.exact; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
+         std::vector<Point> pts;
+         if (p.name == "fp64" || (!is_fp32(p) && !t.own_threads)) return pts;
+         const std::size_t d = prof.decode_n_kv.size() > 1 ? 128 : 32;
+         for (std::size_t n_kv : prof.decode_n_kv)
+           for (int threads : {1, 2})
+             if (threads == 1 || t.own_threads) pts.push_back({{1, 32, 1, n_kv, d, d, 8}, false, threads, true, "decode"});
+         return pts;
+       }},
       {"attn_fwdbwd", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n", false,
        [](const BackendTraits& t) { return !t.baseline && !t.exact; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
@@ -234,7 +286,8 @@ const std::vector<Series>& series() {
 }
 
 std::size_t tensor_bytes(const Shape& s, const PrecisionInfo& p) {
-  return (s.batch * s.heads) * (s.n_q * s.d_k + s.n_kv * s.d_k + s.n_kv * s.d_v + s.n_q * s.d_v) * p.bytes;
+  return (s.batch * s.heads * (s.n_q * s.d_k + s.n_q * s.d_v) + s.batch * s.kv_head_count() * s.n_kv * (s.d_k + s.d_v)) *
+         p.bytes;
 }
 
 std::string cap_message(std::size_t need, std::size_t cap) {
@@ -259,11 +312,32 @@ struct Prepared {
 std::string slot_key;
 std::unique_ptr<Prepared> slot;
 
-Options options_of(const Point& pt) {
+// The point's options; a variant's at the given shape (verification may run a smaller one).
+Options options_of(const Point& pt, const Shape& s) {
   Options opt;
   if (pt.causal) opt.mask = mask::Causal{};
   opt.threads = static_cast<std::size_t>(pt.threads);
+  if (pt.variant == "softcap") opt.softcap = 50.0;  // Gemma 2's attention logit cap
+  if (pt.variant == "alibi") opt.alibi_slopes = alibi_slopes(s.heads);
+  if (pt.variant == "sinks") {
+    NormalStream normal(7);
+    opt.sinks = xt::xtensor<double, 1>::from_shape({s.heads});
+    for (double& x : *opt.sinks) x = normal.next();
+  }
+  if (pt.variant == "documents") {  // 8 documents of equal length
+    Segments seg = Segments::from_shape({1, s.n_kv});
+    for (std::size_t j = 0; j < s.n_kv; ++j) seg(0, j) = std::int64_t(j * 8 / s.n_kv);
+    opt.segments = std::move(seg);
+  }
   return opt;
+}
+Options options_of(const Point& pt) { return options_of(pt, pt.shape); }
+
+// The shape a point is verified at: its own, or n = min(n, 512).
+Shape verified_shape(const Point& pt) {
+  Shape s = pt.shape;
+  if (pt.verify_small) s.n_q = s.n_kv = std::min<std::size_t>(s.n_q, 512);
+  return s;
 }
 
 // The forward benchmark's preparation: one cold call watched and verified at the benchmark's own shape.
@@ -276,10 +350,14 @@ void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& 
   // Inputs: random (never zeros), fixed seed, rounded to storage, touched here.
   const Inputs<double> in = random_inputs(pt.shape, /*seed=*/42);
   // One cold call with the heap watched: its high-water mark is the peak;
-  // its output verified against the ground truth.
+  // its output verified against the ground truth (at verified_shape: a
+  // second call there when it is smaller).
   heap::Watch watch;
   const RunReport r = b.run(p.name, acc, in, opt, {[&] { watch = heap::Watch{}; }, [&] { prep.peak = watch.peak_growth(); }});
-  const Check c = verify(r, opt);
+  const Shape small = verified_shape(pt);
+  const Options small_opt = options_of(pt, small);
+  const Check c = small == pt.shape ? verify(r, opt)
+                                    : verify(b.run(p.name, acc, random_inputs(small, 42), small_opt), small_opt);
   prep.exact_ref = c.truth == TruthKind::digits50;
   prep.err = c.out.max_abs;
   prep.bound = c.tight_tolerance_out;
@@ -395,14 +473,18 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   state.counters["seconds_per_call"] = wall / calls;
   state.counters["FLOP/s"] = pass_flops * calls / wall;
   state.counters["qkvo_bytes/s"] = double(tensor_bytes(shape, p)) * calls / wall;
+  // K and V read once (a decode step's floor of memory traffic)
+  state.counters["kv_bytes/s"] =
+      double(shape.batch * shape.kv_head_count() * shape.n_kv * (shape.d_k + shape.d_v) * p.bytes) * calls / wall;
   state.counters["workspace_model_bytes"] = double(prep.model);
   state.counters["peak_heap_bytes"] = double(prep.peak);
   // The same less the tensors the call returns (the output; the gradients
   // dQ, dK, dV): the backend's own extra memory.
   const double out_bytes = pass == Pass::forward
                                ? double(shape.batch * shape.heads * shape.n_q * shape.d_v * p.bytes)
-                               : double(shape.batch * shape.heads *
-                                        (shape.n_q * shape.d_k + shape.n_kv * (shape.d_k + shape.d_v)) * p.bytes);
+                               : double(shape.batch * (shape.heads * shape.n_q * shape.d_k +
+                                                        shape.kv_head_count() * shape.n_kv * (shape.d_k + shape.d_v)) *
+                                        p.bytes);
   state.counters["peak_extra_heap_bytes"] = std::max(0.0, double(prep.peak) - out_bytes);
   state.counters["max_abs_error"] = prep.err;
   state.counters["error_bound"] = prep.bound;  // the tight tolerance
@@ -413,11 +495,17 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
 
 std::string name_of(std::string_view family, std::string_view backend, std::string_view precision, const Point& pt) {
   const Shape& s = pt.shape;
+  const std::string heads = "/h:" + std::to_string(s.heads) + "/h_kv:" + std::to_string(s.kv_head_count());
+  if (pt.variant == "decode")
+    return std::string(family) + "/" + std::string(backend) + "/" + std::string(precision) + "/threads:" +
+           std::to_string(pt.threads) + "/n_kv:" + std::to_string(s.n_kv) + "/d:" + std::to_string(s.d_k) + heads;
   std::string name = std::string(family) + "/" + std::string(backend) + "/" + std::string(precision) +
                      "/causal:" + (pt.causal ? "1" : "0") + "/threads:" + std::to_string(pt.threads) + "/";
   if (pt.cross) name += "n_q:" + std::to_string(s.n_q) + "/n_kv:" + std::to_string(s.n_kv);
   else name += "n:" + std::to_string(s.n_q);
-  return name + "/d:" + std::to_string(s.d_k);
+  name += "/d:" + std::to_string(s.d_k);
+  if (!pt.variant.empty()) name += heads + "/variant:" + pt.variant;
+  return name;
 }
 
 void register_all(const Profile& prof) {
@@ -465,7 +553,10 @@ int main(int argc, char** argv) {
           "         precisions at n = 1024, d = 64, threads:2 for math/blocked/streaming at n = 4096, d = 64,\n"
           "         streaming at n = 8192, 16384 (d = 64, its memory series), cross-attention n_q = 64 over\n"
           "         n_kv = 4096, 65536, one cold-call family, and attn_h8 (B = 1, H = 8, n = 4096, d = 64, 128:\n"
-          "         math, blocked, streaming fp32; streaming causal, 2 threads, bf16, fp16); full: every precision at\n"
+          "         math, blocked, streaming fp32; streaming causal, 2 threads, bf16, fp16), attn_var (the\n"
+          "         variants at n = 4096, d = 128, causal: H = 8 plain, softcap, sinks, alibi, documents; H = 32\n"
+          "         gqa (H_kv = 8) and mha; streaming fp32, bf16; math, blocked at n = 1024, d = 64) and\n"
+          "         attn_decode (n_q = 1, n_kv = 1024 ... 131072, H = 32, H_kv = 8, d = 128); full: every precision at\n"
           "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32 (with --benchmark_min_time=0:\n"
           "         one iteration each).\n"
           "  The memory cap defaults to a quarter of RAM.\n\n"

@@ -11,10 +11,14 @@ import subprocess
 import sys
 import tempfile
 
-COUNTERS = ["seconds_per_call", "FLOP/s", "qkvo_bytes/s", "workspace_model_bytes", "peak_heap_bytes",
+COUNTERS = ["seconds_per_call", "FLOP/s", "qkvo_bytes/s", "kv_bytes/s", "workspace_model_bytes", "peak_heap_bytes",
             "peak_extra_heap_bytes", "max_abs_error", "error_bound", "error_ref_digits", "blas_threads"]
-NAME = re.compile(r"^attn(_cold|_h8|_bwd|_bwd_mem|_fwdbwd)?/[a-z]+/(fp64|fp32|bf16|fp16)/causal:[01]/threads:[12]/"
-                  r"(n:\d+|n_q:\d+/n_kv:\d+)/d:\d+$")
+NAME = re.compile(r"^(attn(_cold|_h8|_bwd|_bwd_mem|_fwdbwd)?/[a-z]+/(fp64|fp32|bf16|fp16)/causal:[01]/threads:[12]/"
+                  r"(n:\d+|n_q:\d+/n_kv:\d+)/d:\d+"
+                  r"|attn_var/[a-z]+/(fp32|bf16)/causal:1/threads:1/n:\d+/d:\d+/h:\d+/h_kv:\d+/"
+                  r"variant:(plain|gqa|mha|softcap|sinks|alibi|documents)"
+                  r"|attn_decode/[a-z]+/(fp32|bf16|fp16)/threads:[12]/n_kv:\d+/d:\d+/h:\d+/h_kv:\d+)$")
+FAMILIES = ["attn", "attn_cold", "attn_h8", "attn_bwd", "attn_bwd_mem", "attn_fwdbwd", "attn_var", "attn_decode"]
 
 
 def main():
@@ -44,6 +48,9 @@ def main():
                 failures.append(f"{r['name']}: counter {c} missing or not finite ({v!r})")
         if r.get("max_abs_error", 1) > r.get("error_bound", 0):
             failures.append(f"{r['name']}: error above its bound")
+    for family in FAMILIES:
+        if not any(n.split("/")[0] == family for n in names):
+            failures.append(f"family {family} ran no benchmark")
     backends = sorted({n.split("/")[1] for n in names})
     print(f"{len(runs)} benchmarks, backends {', '.join(backends)}; context: {data['context'].get('blas')}")
     for f in failures:

@@ -72,6 +72,7 @@ Options Case::options() const {
     }
   }
   opt.softcap = softcap;
+  opt.kv_splits = kv_splits;
   NormalStream normal(seed ^ 0x51a5u);
   if (sinks != Sinks::none) {
     opt.sinks = xt::xtensor<double, 1>::from_shape({shape.heads});
@@ -146,6 +147,7 @@ std::string describe(const Case& c) {
   if (c.sinks != Case::Sinks::none) os << " sinks=" << (c.sinks == Case::Sinks::random ? "random" : "some -inf");
   if (c.alibi != Case::Alibi::none) os << " alibi=" << (c.alibi == Case::Alibi::geometric ? "geometric" : "random");
   if (c.documents) os << " documents=" << c.documents << (c.documents_split ? " (split)" : "");
+  if (c.kv_splits) os << " kv_splits=" << c.kv_splits;
   os << " magnitude=" << magnitude_name(c.magnitude) << " logit_scale=" << c.logit_scale
      << " accumulate=" << accumulate_name(c.policy) << " block_q=" << c.block_q  << " block_k=" << c.block_k
      << " threads=" << c.threads << " seed=" << c.seed;
@@ -220,6 +222,7 @@ rc::Gen<Case> gen_case(double cost_budget, bool allow_masks) {
     c.block_k = *rc::gen::element<std::size_t>(0, 0, 1, 5, 16, 31, 64, 512);
     c.threads = *rc::gen::element<std::size_t>(1, 1, 2, 3);
     c.seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
+    c.kv_splits = *rc::gen::element<std::size_t>(0, 0, 0, 0, 1, 2, 3, 5);
     if (*rc::gen::inRange(0, 4) == 0) c.softcap = *rc::gen::element(0.5, 5.0, 30.0, 50.0);
     if (*rc::gen::inRange(0, 4) == 0) c.sinks = *rc::gen::element(Case::Sinks::random, Case::Sinks::some_minus_inf);
     if (*rc::gen::inRange(0, 4) == 0) c.alibi = *rc::gen::element(Case::Alibi::geometric, Case::Alibi::random);

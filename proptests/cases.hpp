@@ -43,6 +43,7 @@ struct Case {
   enum class Alibi { none, geometric, random } alibi = Alibi::none;
   std::size_t documents = 0;     // > 0: packed documents of random lengths (segments)
   bool documents_split = false;  // one document id reused after another (a split document)
+  std::size_t kv_splits = 0;     // Options::kv_splits (0: the backend's choice)
 
   // The inputs for storage whose largest finite value is max_storage (Q is
   // scaled per format only for Magnitude::near_limit).

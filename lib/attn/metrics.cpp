@@ -351,8 +351,8 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
   // d(sink_h) = -sum over the B n_q rows of p_i D_i, p_i = exp(sink_h - lse_i) the sink's weight:
   // each p_i within e_p relative, each D_i within e_D, |D_i| <= P1, the sum
   // in A over B n_q terms (then in double over the batch)
-  if (truth.dsinks)
-    b.dsinks = gm.sink_mass * ((e_p + g(double(sh.batch * sh.n_q) + 1)) * p1 + e_d) +
+  if (truth.dsinks)  // (no sink weight at all: no error, even where the other bounds are infinite)
+    b.dsinks = (gm.sink_mass > 0 ? gm.sink_mass * ((e_p + g(double(sh.batch * sh.n_q) + 1)) * p1 + e_d) : 0.0) +
                gamma(double(sh.batch), 0x1p-53) * max_finite_abs(*truth.dsinks);
   b.scales = gm.scales;
   return b;

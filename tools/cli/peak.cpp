@@ -25,6 +25,7 @@ int run(const Args& args) {
               p.sgemm_attention_gflops_d64, p.sgemm_attention_gflops_d128);
   std::printf("dgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.dgemm_gflops_1024, p.dgemm_gflops_2048);
   std::printf("triad            %8.1f GB/s one core, %8.1f all cores\n", p.triad_gbs_core, p.triad_gbs_all);
+  std::printf("read             %8.1f GB/s one core, %8.1f all cores\n", p.read_gbs_core, p.read_gbs_all);
   std::printf("BLAS             %s\n", p.blas.c_str());
   for (const auto& e : instrument_errors(p)) std::printf("INSTRUMENT ERROR %s\n", e.c_str());
   return 0;
@@ -38,7 +39,8 @@ extern const Command peak_command = {
     "                             this machine's measured peaks (about half a minute)\n",
     R"(attn-lab peak [--json] [--out FILE]: this machine's measured peaks: FMA GFLOP/s (fp32,
 fp64) for one thread and all, single-thread BLAS GEMM at n = 1024 and 2048, the two GEMMs of
-one attention head at n = 4096 (d = 64, 128), stream triad bandwidth. Takes about half a minute.
+one attention head at n = 4096 (d = 64, 128), stream triad bandwidth, read bandwidth (a sum over
+256 MiB per thread: the ceiling of a decode step reading its KV cache). Takes about half a minute.
   --json        one line of JSON on stdout
   --out FILE    the same JSON written to FILE (atomically; --force replaces an existing file)
 

@@ -96,6 +96,29 @@ double triad_gbs(unsigned threads) {
   return 3.0 * 8.0 * double(n) * threads / s / 1e9;
 }
 
+// Read bandwidth: each thread sums its own 256 MiB of 64-bit integers (far
+// beyond cache), the ceiling of a pass that only reads (a decode step reading
+// its KV cache). Integer sums so the compiler vectorises the loop freely.
+double read_gbs(unsigned threads) {
+  const std::size_t n = std::size_t(1) << 25;  // 256 MiB per thread
+  std::vector<std::vector<std::uint64_t>> a(threads, std::vector<std::uint64_t>(n, 1));
+  std::vector<std::uint64_t> sums(threads);
+  auto run = [&](unsigned t) {
+    const std::uint64_t* pa = a[t].data();
+    std::uint64_t sum = 0;
+    for (std::size_t i = 0; i < n; ++i) sum += pa[i];
+    sums[t] = sum;
+  };
+  const double s = best_seconds(5, [&] {
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(run, t);
+    for (auto& t : pool) t.join();
+  });
+  for (std::uint64_t sum : sums)
+    if (sum != n) throw Error("read bandwidth probe: wrong sum");
+  return 8.0 * double(n) * threads / s / 1e9;
+}
+
 // The value of the first /proc/cpuinfo line starting with `key`.
 std::string cpuinfo(const std::string& key) {
   std::ifstream f("/proc/cpuinfo");
@@ -129,6 +152,8 @@ MachinePeak measure_peak() {
   set_blas_threads(threads_before);
   p.triad_gbs_core = triad_gbs(1);
   p.triad_gbs_all = triad_gbs(p.cores);
+  p.read_gbs_core = read_gbs(1);
+  p.read_gbs_all = read_gbs(p.cores);
   p.blas = blas_info();
   return p;
 }
@@ -170,6 +195,8 @@ Json to_json(const MachinePeak& p) {
           {"sgemm_attention_gflops_d128", p.sgemm_attention_gflops_d128},
           {"triad_gbs_core", p.triad_gbs_core},
           {"triad_gbs_all", p.triad_gbs_all},
+          {"read_gbs_core", p.read_gbs_core},
+          {"read_gbs_all", p.read_gbs_all},
           {"instrument_errors", instrument_errors(p)}};
 }
 

@@ -50,25 +50,84 @@ struct Tiles {
     if constexpr (micro) detail::tile_gemm_packed(p, cols, v, o, d_v, rows, d_v, cols, 1.0f, true);
     else detail::pv_tile<A>(p, v, o, rows, cols, d_v, true);
   }
+
+  // A block of one query position (a decode step: its stacked heads' rows)
+  // with fp32 accumulation of fp32, bf16 or fp16 storage reads K and V in
+  // place (simd.hpp's decode kernels): no packing, each key read once.
+  static constexpr bool decode_capable =
+      micro && (std::is_same_v<S, float> || std::is_same_v<S, bf16> || std::is_same_v<S, fp16>);
+  static void decode_scores(const A* q, std::size_t rows, const S* k, std::size_t cols, std::size_t d_k, A scale, A* s) {
+    if constexpr (std::is_same_v<S, float>) attn::simd().decode_scores_f32(q, rows, k, cols, d_k, scale, s);
+    else if constexpr (std::is_same_v<S, bf16>) attn::simd().decode_scores_bf16(q, rows, k, cols, d_k, scale, s);
+    else if constexpr (std::is_same_v<S, fp16>) attn::simd().decode_scores_fp16(q, rows, k, cols, d_k, scale, s);
+  }
+  static void decode_pv(const A* p, std::size_t rows, const S* v, std::size_t cols, std::size_t d_v, A* o) {
+    if constexpr (std::is_same_v<S, float>) attn::simd().decode_pv_f32(p, rows, v, cols, d_v, o);
+    else if constexpr (std::is_same_v<S, bf16>) attn::simd().decode_pv_bf16(p, rows, v, cols, d_v, o);
+    else if constexpr (std::is_same_v<S, fp16>) attn::simd().decode_pv_fp16(p, rows, v, cols, d_v, o);
+  }
 };
 
-// One worker's scratch.
+// How the forward's work is laid out.
+//   Grouped heads: with fp32 accumulation (the micro-kernel) a query block
+//   holds `positions` query positions of all g query heads of one K/V head
+//   as R = g positions rows, row r = query i0 + r / g of head h0 + r % g (one
+//   position's g rows adjacent, so the rows a mask leaves seeing a tile stay
+//   contiguous): each K/V tile is loaded (and packed) once for its g heads,
+//   and a decode step (n_q = 1) multiplies g rows at a time, not one. The
+//   micro-kernel computes each row alone (one FMA chain per element), so
+//   stacking changes no bit. Other accumulation types (OpenBLAS GEMMs, whose
+//   order may depend on the row count, or loops) keep one head per block.
+//   Split-KV (flash-decoding): the key tiles of a block in `splits` chunks,
+//   each its own work item with its own partial (m, l, O / l); a second pass
+//   merges a block's partials in split order: bitwise independent of the
+//   thread count. Options::kv_splits, or (0) chosen so that there are at
+//   least 16 work items (or `threads`, when more) while each chunk keeps at
+//   least 4 key tiles: the split depends on the threads only beyond 16.
+struct Plan {
+  std::size_t stack = 1, positions = 1, rows = 1;  // heads per block (g or 1); rows = stack positions
+  std::size_t q_blocks = 1, splits = 1, blocks = 1, items = 1, workers = 1;
+};
+
 template <class S, class A>
-std::size_t worker_bytes(const Shape& s, std::size_t b_r, std::size_t b_c) {
-  return piece_bytes<A>(b_r * b_c) + piece_bytes<A>(b_r * s.d_v) + (is_native_float<A> ? 2 : 3) * piece_bytes<A>(b_r) +
-         piece_bytes<A>(widen_count<A, S>(b_r * s.d_k)) + piece_bytes<A>(Tiles<S, A>::k_count(b_c, s.d_k)) +
-         piece_bytes<A>(Tiles<S, A>::v_count(b_c, s.d_v));
+Plan plan(const Shape& s, const Options& opt, std::size_t block_q, std::size_t block_k) {
+  Plan p;
+  p.stack = Tiles<S, A>::micro ? s.group() : 1;
+  p.positions = std::min(s.n_q, std::max<std::size_t>(1, block_q / p.stack));
+  p.rows = p.stack * p.positions;
+  p.q_blocks = (s.n_q + p.positions - 1) / p.positions;
+  p.blocks = s.batch * (s.heads / p.stack) * p.q_blocks;
+  const std::size_t b_c = std::min(block_k, s.n_kv), tiles = (s.n_kv + b_c - 1) / b_c;
+  if (opt.kv_splits) {
+    p.splits = opt.kv_splits;
+  } else {
+    const std::size_t target = std::max<std::size_t>(16, opt.threads);
+    p.splits = p.blocks >= target ? 1 : std::min((target + p.blocks - 1) / p.blocks, std::max<std::size_t>(1, tiles / 4));
+  }
+  p.splits = std::clamp<std::size_t>(p.splits, 1, tiles);
+  p.items = p.blocks * p.splits;
+  p.workers = std::max<std::size_t>(1, std::min(opt.threads, p.items));
+  return p;
 }
 
-std::size_t workers(const Shape& s, const Options& opt, std::size_t b_r) {
-  const std::size_t items = s.batch * s.heads * ((s.n_q + b_r - 1) / b_r);
-  return std::max<std::size_t>(1, std::min(opt.threads, items));
+// One worker's scratch (R rows of a block).
+template <class S, class A>
+std::size_t worker_bytes(const Shape& s, std::size_t rows, std::size_t b_c) {
+  return piece_bytes<A>(rows * b_c) + piece_bytes<A>(rows * s.d_v) + (is_native_float<A> ? 2 : 3) * piece_bytes<A>(rows) +
+         piece_bytes<A>(rows > 1 && Tiles<S, A>::micro && s.group() > 1 ? rows * s.d_k : widen_count<A, S>(rows * s.d_k)) +
+         piece_bytes<A>(Tiles<S, A>::k_count(b_c, s.d_k)) + piece_bytes<A>(Tiles<S, A>::v_count(b_c, s.d_v));
+}
+
+// The partials of split-KV: per item, its rows' O / l and (m, l).
+template <class A>
+std::size_t partial_bytes(const Shape& s, const Plan& p) {
+  return p.splits > 1 ? piece_bytes<A>(p.items * p.rows * s.d_v) + 2 * piece_bytes<A>(p.items * p.rows) : 0;
 }
 
 template <class S, class A>
 std::size_t streaming_bytes(const Shape& s, const Options& opt, std::size_t block_q, std::size_t block_k) {
-  const std::size_t b_r = std::min(block_q, s.n_q), b_c = std::min(block_k, s.n_kv);
-  return workers(s, opt, b_r) * worker_bytes<S, A>(s, b_r, b_c);
+  const Plan p = plan<S, A>(s, opt, block_q, block_k);
+  return p.workers * worker_bytes<S, A>(s, p.rows, std::min(block_k, s.n_kv)) + partial_bytes<A>(s, p);
 }
 
 template <class A>
@@ -78,34 +137,38 @@ struct Scratch {
 
 template <class S, class A>
 Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace& ws) {
-  // q: [B, H, n_q, d_k]  k: [B, H, n_kv, d_k]  v: [B, H, n_kv, d_v]  ->  o: [B, H, n_q, d_v]
+  // q: [B, H, n_q, d_k]  k: [B, H_kv, n_kv, d_k]  v: [B, H_kv, n_kv, d_v]  ->  o: [B, H, n_q, d_v]
   using namespace detail;
   using T = Tiles<S, A>;
   const Shape sh = in.shape();
   const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
-  const std::size_t B_r = std::min(Streaming::block_q(opt), n_q), B_c = std::min(Streaming::block_k(opt), n_kv);
-  const std::size_t bytes = streaming_bytes<S, A>(sh, opt, B_r, B_c);
-  check_workspace(Streaming::name, "a B_q x B_k tile per thread", bytes);
-  const std::size_t n_workers = workers(sh, opt, B_r);
+  const std::size_t B_c = std::min(Streaming::block_k(opt), n_kv);
+  const Plan p = plan<S, A>(sh, opt, Streaming::block_q(opt), Streaming::block_k(opt));
+  const std::size_t R = p.rows, g = p.stack;  // g: heads stacked in a block
+  const std::size_t bytes = streaming_bytes<S, A>(sh, opt, Streaming::block_q(opt), Streaming::block_k(opt));
+  check_workspace(Streaming::name, "a B_q x B_k tile per thread (and the split-KV partials)", bytes);
   Arena arena(ws, bytes);
-  std::vector<Scratch<A>> scratch(n_workers);
+  std::vector<Scratch<A>> scratch(p.workers);
   for (auto& w : scratch) {
-    w.S_ij = arena.take<A>(B_r * B_c);  // scores, then P~ of the current tile
-    w.O_i = arena.take<A>(B_r * d_v);   // unnormalised output of the query block
-    w.m_i = arena.take<A>(B_r);         // running row max
-    w.l_i = arena.take<A>(B_r);         // running sum of exp(S - m_i)
-    w.c_i = is_native_float<A> ? nullptr : arena.take<A>(B_r);  // O_i's power-of-two divisor (see `normalised`)
-    w.q_buf = arena.take<A>(widen_count<A, S>(B_r * d_k));
+    w.S_ij = arena.take<A>(R * B_c);  // scores, then P~ of the current tile
+    w.O_i = arena.take<A>(R * d_v);   // unnormalised output of the query block
+    w.m_i = arena.take<A>(R);         // running row max
+    w.l_i = arena.take<A>(R);         // running sum of exp(S - m_i)
+    w.c_i = is_native_float<A> ? nullptr : arena.take<A>(R);  // O_i's power-of-two divisor (see `normalised`)
+    w.q_buf = arena.take<A>(R > 1 && T::micro && sh.group() > 1 ? R * d_k : widen_count<A, S>(R * d_k));  // the block's rows of Q
     w.k_buf = arena.take<A>(T::k_count(B_c, d_k));
     w.v_buf = arena.take<A>(T::v_count(B_c, d_v));
   }
+  // split-KV partials of item x: O / l at part_o + x R d_v, m and l at part_m, part_l + x R
+  A* part_o = p.splits > 1 ? arena.take<A>(p.items * R * d_v) : nullptr;
+  A* part_m = p.splits > 1 ? arena.take<A>(p.items * R) : nullptr;
+  A* part_l = p.splits > 1 ? arena.take<A>(p.items * R) : nullptr;
 
   Result<S> r = allocate_result<S>(Streaming::name, sh, opt, bytes, /*lse_always=*/opt.need_weights);
 
   const MaskView mask(opt, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));
   const A zero = convert<A>(0.0), one = convert<A>(1.0), minus_inf = neg_infinity<A>();
-  const std::size_t q_blocks = (n_q + B_r - 1) / B_r;
   // Narrower accumulation types (bf16/fp16 storage accumulation) hold O_i
   // divided by a power of two c_i >= l_i: the unnormalised sum of P~ V can
   // exceed their range (n_kv max|V| > 65504 in fp16) where |O_i| / c_i <=
@@ -114,45 +177,86 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   // baseline's error in fp16 storage accumulation, measured by agreement_test).
   constexpr bool normalised = !is_native_float<A>;
 
-  // One item = one query block of one (batch, head); the last blocks first,
-  // since under a causal mask they see the most keys.
-  auto query_block = [&](std::size_t item, std::size_t worker) {
-    const auto [S_ij, O_i, m_i, l_i, c_i, q_buf, k_buf, v_buf] = scratch[worker];
-    const std::size_t b = item / (sh.heads * q_blocks), h = item / q_blocks % sh.heads, hk = h / sh.group();
-    const std::size_t i0 = (q_blocks - 1 - item % q_blocks) * B_r;
-    const std::size_t rows = std::min(B_r, n_q - i0);
-    const A* Q_i = as_accumulate(&in.q(b, h, i0, 0), rows * d_k, q_buf);
-    // Keys [lo, hi) some query of the block may see; tiles outside are skipped.
-    const auto [lo, hi] = block_keys(mask, b, i0, rows, n_kv);
-    // The sink starts each row as a key of score sink_h and value 0: m_i = sink_h, l_i = 1
-    // (without a sink, -inf and 0).
-    const A sink = convert<A>(mask.sink(h));
-    std::fill(m_i, m_i + rows, sink);
-    std::fill(l_i, l_i + rows, sink > minus_inf ? one : zero);
-    if constexpr (normalised) std::fill(c_i, c_i + rows, convert<A>(1.0));
+  // A block: batch b, query heads [h0, h0 + g) reading K/V head hk, query
+  // positions [i0, i0 + positions); the last blocks first, since under a
+  // causal mask they see the most keys.
+  struct Block {
+    std::size_t b, h0, hk, i0, positions;
+  };
+  const std::size_t head_groups = sh.heads / g;
+  auto block_of = [&](std::size_t x) {
+    const std::size_t b = x / (head_groups * p.q_blocks), h0 = x / p.q_blocks % head_groups * g;
+    const std::size_t i0 = (p.q_blocks - 1 - x % p.q_blocks) * p.positions;
+    return Block{b, h0, h0 / sh.group(), i0, std::min(p.positions, n_q - i0)};
+  };
+  // Row r of a block: query position i0 + r / g of head h0 + r % g.
+  auto head_of = [&](const Block& blk, std::size_t r_) { return blk.h0 + r_ % g; };
+  auto query_of = [&](const Block& blk, std::size_t r_) { return blk.i0 + r_ / g; };
+
+  // A block of one query position reads K and V in place (Tiles::decode_capable).
+  auto decoding = [&](const Block& blk) { return T::decode_capable && blk.positions == 1; };
+
+  // The block's rows of Q in A: the input itself when it is one head's rows in A.
+  auto load_q = [&](const Block& blk, A* q_buf) -> const A* {
+    if (g == 1) return as_accumulate(&in.q(blk.b, blk.h0, blk.i0, 0), blk.positions * d_k, q_buf);
+    for (std::size_t r_ = 0; r_ < blk.positions * g; ++r_) {
+      const S* src = &in.q(blk.b, head_of(blk, r_), query_of(blk, r_), 0);
+      if constexpr (std::is_same_v<S, A>) std::copy_n(src, d_k, q_buf + r_ * d_k);
+      else as_accumulate(src, d_k, q_buf + r_ * d_k);
+    }
+    return q_buf;
+  };
+
+  // For each key tile of [j_begin, j_end) some row sees: its scores (soft-cap,
+  // ALiBi, mask applied) in S_ij, then visit(j0, cols, rows [first, last)).
+  auto each_key_tile = [&](const Block& blk, const Scratch<A>& w, const A* Q_i, std::size_t j_begin, std::size_t j_end,
+                           auto&& visit) {
+    for (std::size_t j0 = j_begin; j0 < j_end; j0 += B_c) {
+      const std::size_t cols = std::min(B_c, j_end - j0);
+      const RowSpan pos = rows_seeing(mask, blk.b, blk.i0, blk.positions, j0, cols);
+      if (pos.size() == 0) continue;
+      const RowSpan rs{pos.first * g, pos.last * g};
+      if (decoding(blk)) {
+        // The tile's V, read column block by column block after the scores:
+        // fetched now, in order, while the scores are computed.
+        const char* v_tile = reinterpret_cast<const char*>(&in.v(blk.b, blk.hk, j0, 0));
+        for (std::size_t x = 0; x < cols * d_v * sizeof(S); x += 64) __builtin_prefetch(v_tile + x);
+        if constexpr (T::decode_capable)
+          T::decode_scores(Q_i + rs.first * d_k, rs.size(), &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale,
+                           w.S_ij + rs.first * cols);
+      } else {
+        const A* K_j = T::load_k(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, w.k_buf);
+        T::scores(Q_i + rs.first * d_k, K_j, w.S_ij + rs.first * cols, rs.size(), cols, d_k, scale);
+      }
+      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_)
+        mask_row_if_partial(w.S_ij + r_ * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
+      visit(j0, cols, rs);
+    }
+  };
+
+  // Item x: split x % splits of block x / splits.
+  auto run_item = [&](std::size_t x, std::size_t worker) {
+    const Scratch<A>& w = scratch[worker];
+    const auto [S_ij, O_i, m_i, l_i, c_i, q_buf, k_buf, v_buf] = w;
+    const Block blk = block_of(x / p.splits);
+    const std::size_t split = x % p.splits, rows = blk.positions * g;
+    const A* Q_i = load_q(blk, q_buf);
+    // Keys [lo, hi) some query of the block may see, in key tiles; this split's share of them.
+    const auto [lo, hi] = block_keys(mask, blk.b, blk.i0, blk.positions, n_kv);
+    const std::size_t tiles = (hi - lo + B_c - 1) / B_c;
+    const std::size_t j_begin = std::min(hi, lo + tiles * split / p.splits * B_c);
+    const std::size_t j_end = std::min(hi, lo + tiles * (split + 1) / p.splits * B_c);
+    // The sink starts each row (in the first split) as a key of score sink_h
+    // and value 0: m_i = sink_h, l_i = 1 (without a sink, -inf and 0).
+    for (std::size_t r_ = 0; r_ < rows; ++r_) {
+      const A sink = split == 0 ? convert<A>(mask.sink(head_of(blk, r_))) : minus_inf;
+      m_i[r_] = sink;
+      l_i[r_] = sink > minus_inf ? one : zero;
+    }
+    if constexpr (normalised) std::fill(c_i, c_i + rows, one);
     std::fill(O_i, O_i + rows * d_v, zero);
 
-    // S_ij = Q_i K_j^T * scale + mask for rows [first, last) and the keys
-    // j0 .. j0 + cols; row r_ of the tile at S_ij + r_ * cols.
-    auto scores = [&](std::size_t j0, std::size_t cols, RowSpan rs) {
-      const A* K_j = T::load_k(&in.k(b, hk, j0, 0), cols, d_k, k_buf);
-      T::scores(Q_i + rs.first * d_k, K_j, S_ij + rs.first * cols, rs.size(), cols, d_k, scale);
-      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_)
-        mask_row_if_partial(S_ij + r_ * cols, mask, b, h, i0 + r_, j0, cols);
-    };
-
-    // For each key tile some row sees: its scores in S_ij, then visit(j0, cols, rows).
-    auto each_key_tile = [&](auto&& visit) {
-      for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
-        const std::size_t cols = std::min(B_c, hi - j0);
-        const RowSpan rs = rows_seeing(mask, b, i0, rows, j0, cols);
-        if (rs.size() == 0) continue;
-        scores(j0, cols, rs);
-        visit(j0, cols, rs);
-      }
-    };
-
-    each_key_tile([&](std::size_t j0, std::size_t cols, RowSpan rs) {
+    each_key_tile(blk, w, Q_i, j_begin, j_end, [&](std::size_t j0, std::size_t cols, RowSpan rs) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         A* s = S_ij + r_ * cols;
         // m_new = max(m_i, rowmax(S_ij));  P~_ij = exp(S_ij - m_new)
@@ -184,41 +288,93 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         }
       }
       // O_i += P~_ij V_j
-      T::pv(S_ij + rs.first * cols, T::load_v(&in.v(b, hk, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
-            rs.size(), cols, d_v);
-    });
-
-    // O_i = O_i / l_i;  lse_i = m_i + log l_i
-    S* o = &r.out(b, h, i0, 0);
-    for (std::size_t r_ = 0; r_ < rows; ++r_) {
-      // l_i is 0 only for a fully masked row (otherwise >= 1, or NaN from a
-      // non-finite input, which must reach the output, not read as masked).
-      const bool masked = l_i[r_] == zero;
-      for (std::size_t c = 0; c < d_v; ++c)
-        o[r_ * d_v + c] = masked       ? convert<S>(0.0)
-                          : normalised ? convert<S>(A(O_i[r_ * d_v + c] / A(l_i[r_] / c_i[r_])))
-                                       : convert<S>(A(O_i[r_ * d_v + c] / l_i[r_]));
-      if (r.lse) (*r.lse)(b, h, i0 + r_) = row_lse(RowSoftmax<A>{m_i[r_], l_i[r_], masked});
-    }
-
-    // Weights, on request only: a second pass, P_ij = exp(S_ij - lse_i).
-    if (!r.weights) return;
-    for (std::size_t r_ = 0; r_ < rows; ++r_) {
-      double* w = &(*r.weights)(b, h, i0 + r_, 0);
-      std::fill(w, w + n_kv, 0.0);
-      // lse in A, reused as the shift of this row (m_i is no longer needed)
-      m_i[r_] = l_i[r_] == zero ? minus_inf : A(m_i[r_] + log_of<A>(l_i[r_]));
-    }
-    each_key_tile([&](std::size_t j0, std::size_t cols, RowSpan rs) {
-      for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
-        const A* s = S_ij + r_ * cols;
-        if (!(m_i[r_] > minus_inf)) continue;
-        double* w = &(*r.weights)(b, h, i0 + r_, j0);
-        for (std::size_t c = 0; c < cols; ++c) w[c] = convert<double>(exp_of<A>(s[c] - m_i[r_]));
+      if (decoding(blk)) {
+        if constexpr (T::decode_capable)
+          T::decode_pv(S_ij + rs.first * cols, rs.size(), &in.v(blk.b, blk.hk, j0, 0), cols, d_v, O_i + rs.first * d_v);
+      } else {
+        T::pv(S_ij + rs.first * cols, T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
+              rs.size(), cols, d_v);
       }
     });
+
+    // O_i / l_i: into the output with lse_i = m_i + log l_i (one split), or
+    // into the item's partial with (m_i, l_i). l_i is 0 only for a row that
+    // saw no key (otherwise >= 1, or NaN from a non-finite input, which must
+    // reach the output, not read as masked).
+    for (std::size_t r_ = 0; r_ < rows; ++r_) {
+      const bool masked = l_i[r_] == zero;
+      auto normalise = [&](std::size_t c) {
+        return masked       ? zero
+               : normalised ? A(O_i[r_ * d_v + c] / A(l_i[r_] / c_i[r_]))
+                            : A(O_i[r_ * d_v + c] / l_i[r_]);
+      };
+      if (p.splits > 1) {
+        A* o = part_o + (x * R + r_) * d_v;
+        for (std::size_t c = 0; c < d_v; ++c) o[c] = normalise(c);
+        part_m[x * R + r_] = m_i[r_];
+        part_l[x * R + r_] = l_i[r_];
+        continue;
+      }
+      S* o = &r.out(blk.b, head_of(blk, r_), query_of(blk, r_), 0);
+      for (std::size_t c = 0; c < d_v; ++c) o[c] = convert<S>(normalise(c));
+      if (r.lse) (*r.lse)(blk.b, head_of(blk, r_), query_of(blk, r_)) = row_lse(RowSoftmax<A>{m_i[r_], l_i[r_], masked});
+    }
   };
-  parallel_for(sh.batch * sh.heads * q_blocks, n_workers, query_block);
+  parallel_for(p.items, p.workers, run_item);
+
+  // Split-KV: a block's partials merged in split order, O = sum_s w_s O_s / l_s,
+  // w_s = l_s exp(m_s - m) / L, m = max_s m_s, L = sum_s l_s exp(m_s - m)
+  // (splits that saw no key skipped); lse = m + log L.
+  if (p.splits > 1) {
+    parallel_for(p.blocks, p.workers, [&](std::size_t blk_x, std::size_t) {
+      const Block blk = block_of(blk_x);
+      for (std::size_t r_ = 0; r_ < blk.positions * g; ++r_) {
+        A m = minus_inf, L = zero;
+        for (std::size_t s_ = 0; s_ < p.splits; ++s_) {
+          const std::size_t x = (blk_x * p.splits + s_) * R + r_;
+          if (part_l[x] != zero && part_m[x] > m) m = part_m[x];
+        }
+        for (std::size_t s_ = 0; s_ < p.splits; ++s_) {
+          const std::size_t x = (blk_x * p.splits + s_) * R + r_;
+          if (part_l[x] != zero) L += part_l[x] * exp_of<A>(A(part_m[x] - m));
+        }
+        const bool masked = L == zero;
+        S* o = &r.out(blk.b, head_of(blk, r_), query_of(blk, r_), 0);
+        for (std::size_t c = 0; c < d_v; ++c) {
+          A sum = zero;
+          for (std::size_t s_ = 0; s_ < p.splits && !masked; ++s_) {
+            const std::size_t x = (blk_x * p.splits + s_) * R + r_;
+            if (part_l[x] != zero) sum += A(part_l[x] * exp_of<A>(A(part_m[x] - m)) / L) * part_o[x * d_v + c];
+          }
+          o[c] = convert<S>(sum);
+        }
+        if (r.lse) (*r.lse)(blk.b, head_of(blk, r_), query_of(blk, r_)) = row_lse(RowSoftmax<A>{m, L, masked});
+      }
+    });
+  }
+
+  // Weights, on request only: a second pass, P_ij = exp(S_ij - lse_i), lse_i in A.
+  if (r.weights) {
+    parallel_for(p.blocks, p.workers, [&](std::size_t blk_x, std::size_t worker) {
+      const Scratch<A>& w = scratch[worker];
+      const Block blk = block_of(blk_x);
+      const std::size_t rows = blk.positions * g;
+      for (std::size_t r_ = 0; r_ < rows; ++r_) {
+        double* wt = &(*r.weights)(blk.b, head_of(blk, r_), query_of(blk, r_), 0);
+        std::fill(wt, wt + n_kv, 0.0);
+        w.m_i[r_] = convert<A>((*r.lse)(blk.b, head_of(blk, r_), query_of(blk, r_)));  // exact: computed in A
+      }
+      const auto [lo, hi] = block_keys(mask, blk.b, blk.i0, blk.positions, n_kv);
+      each_key_tile(blk, w, load_q(blk, w.q_buf), lo, hi, [&](std::size_t j0, std::size_t cols, RowSpan rs) {
+        for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
+          const A* s = w.S_ij + r_ * cols;
+          if (!(w.m_i[r_] > minus_inf)) continue;
+          double* wt = &(*r.weights)(blk.b, head_of(blk, r_), query_of(blk, r_), j0);
+          for (std::size_t c = 0; c < cols; ++c) wt[c] = convert<double>(exp_of<A>(s[c] - w.m_i[r_]));
+        }
+      });
+    });
+  }
 
   if (!opt.need_lse) r.lse.reset();
   return r;
