@@ -139,6 +139,18 @@ def write_inputs(args, work, rng):
     if not args:
         return
     command = args[0]
+    if command == "attend":
+        # the variants' files: one value per query head, one document id per key
+        H, NKV = 2, 16  # the file inputs below
+        if option(args, "--random"):
+            dims = [int(x) for x in option(args, "--random").split(",")]
+            H, NKV = dims[1], dims[3]
+        for name in ("--sinks", "--alibi-slopes"):
+            if option(args, name):
+                np.save(os.path.join(work, option(args, name)), rng.normal(size=H) if name == "--sinks"
+                        else 2.0 ** -np.arange(1, H + 1))
+        if option(args, "--segments"):
+            np.save(os.path.join(work, option(args, "--segments")), (np.arange(NKV) * 4 // NKV).astype(np.int64))
     if command == "attend" and option(args, "--q"):
         H, NQ, NKV, DK, DV = 2, 12, 16, 8, 6  # rank-3 files: [heads, n, d], batch 1
         np.save(os.path.join(work, option(args, "--q")), rng.normal(size=(H, NQ, DK)))

@@ -41,6 +41,14 @@ by NumPy in long double from the explicit formulas:
       (|dP| + |D| + |dO|.|O|): |scale| max c|K| for dQ, |scale| max c^T|Q|
       for dK, max of c summed over batch and heads for d(bias), 0 for dV;
       metrics.hpp's GradientScales).
+The variants (check_variants): grouped K/V heads (torch.repeat_interleave of
+the K/V heads), soft-capping, sinks (a sink column in the softmax, dropped
+after it), ALiBi and documents written out in torch float64 and in long
+double, every backend and precision, forward (the two criteria above, with
+attn-lab's own derived bound from --check) and backward (dQ, dK, dV,
+d(sinks) by torch autograd, within attn-lab's derived gradient bound plus
+that of an fp64 evaluation); check_variants_power shows each convention
+(head mapping, soft-cap, sinks, ALiBi's head) changed fails it.
 Torch's fully masked rows are NaN and poison every gradient; torch is given
 the same problem with those rows unmasked and their dO zeroed, which has
 the same exact gradients (a row with dO_i = 0 contributes nothing).
@@ -587,7 +595,200 @@ def check_power():
         record(bool(np.any(abs(o - truth) > bound)), "power: a transposed out_proj.weight passes the layer bound")
 
 
+# --- variants (grouped heads, soft-capping, sinks, ALiBi, documents) ------------
+
+def alibi_slopes(heads):
+    """The ALiBi paper's geometric slopes (its code's rule for head counts that are not powers of two)."""
+    n = 1
+    while n * 2 <= heads:
+        n *= 2
+    slopes = [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]
+    slopes += [2.0 ** (-8.0 * (2 * x + 1) / (2 * n)) for x in range(heads - n)]
+    return np.array(slopes)
+
+
+def variant_cases():
+    """(name, (B, H, H_kv, NQ, NKV, DK, DV), causal, softcap, sinks, alibi, documents)."""
+    return [
+        ("GQA g = 2, causal", (1, 4, 2, 9, 9, 8, 8), True, None, False, False, 0),
+        ("MQA, soft-cap 2, logits x 3", (2, 3, 1, 7, 12, 6, 5), False, 2.0, False, False, 0),
+        ("sinks (one -inf), causal cross", (1, 3, 3, 6, 11, 4, 4), True, None, True, False, 0),
+        ("ALiBi and 3 documents, causal", (1, 2, 2, 12, 12, 4, 6), True, None, False, True, 3),
+        ("every variant, GQA g = 2", (2, 4, 2, 10, 10, 8, 8), True, 5.0, True, True, 2),
+    ]
+
+
+def variant_scores(q, k, scale, causal, softcap, slopes, segments, xp):
+    """The scores of problem.hpp's definition for [B, H, NQ, DK] q and K/V heads repeated g times
+    (repeat_interleave), in the array module xp (torch or numpy): s = scale q.k; c tanh(s / c);
+    + slope_h (j - i - (NKV - NQ)); -inf where causal or another document hides the key."""
+    B, H, NQ = q.shape[:3]
+    NKV = k.shape[2]
+    s = scale * (q @ k.transpose(-1, -2) if xp is torch else q @ np.swapaxes(k, -1, -2))
+    if softcap is not None:
+        s = softcap * xp.tanh(s / softcap)
+    rel = np.arange(NKV)[None, :] - np.arange(NQ)[:, None] - (NKV - NQ)  # j - i - (n_kv - n_q)
+    add = np.zeros((B, H, NQ, NKV))
+    if slopes is not None:
+        add = add + slopes[None, :, None, None] * rel[None, None]
+    hidden = np.zeros((B, 1, NQ, NKV), dtype=bool)
+    if causal:
+        hidden |= (rel > 0)[None, None]
+    if segments is not None:
+        tok = np.arange(NQ) + NKV - NQ
+        hidden |= (segments[:, tok][:, :, None] != segments[:, None, :])[:, None]
+    add = np.where(hidden, -np.inf, add)
+    return s + (torch.from_numpy(add) if xp is torch else add.astype(s.dtype))
+
+
+def variant_attention(q, k, v, scale, causal, softcap, slopes, segments, sinks, xp):
+    """Output of problem.hpp's definition: softmax over the scores and a sink column per head (weight without
+    a value); rows with neither a visible key nor a sink give 0."""
+    s = variant_scores(q, k, scale, causal, softcap, slopes, segments, xp)
+    B, H, NQ, NKV = s.shape
+    sink = np.full(H, -np.inf) if sinks is None else sinks
+    col = np.broadcast_to(sink[None, :, None, None], (B, H, NQ, 1)).copy()
+    if xp is torch:
+        full = torch.cat([s, torch.from_numpy(col)], dim=-1)
+        p = torch.nan_to_num(torch.softmax(full, dim=-1))[..., :NKV]
+        return p @ v
+    full = np.concatenate([s, col.astype(s.dtype)], axis=-1)
+    with np.errstate(invalid="ignore"):
+        p = np.nan_to_num(softmax_ld(full))[..., :NKV]
+    return p @ v
+
+
+def check_variants():
+    """Every backend, every precision, every variant against torch float64 (K/V heads by repeat_interleave, the
+    soft-cap, sinks and ALiBi written out in torch) and a long-double truth: the worst-case criterion with
+    attn-lab's own derived bound (--check's tolerance) plus torch64's distance from the truth, and the 2x rule
+    against the naive backend. Then the backward pass: dQ, dK, dV and d(sinks) against torch autograd through
+    the same expression, within attn-lab's derived gradient bound plus torch64's own error."""
+    rng = np.random.default_rng(SEED + 9)
+    for name, (B, H, HKV, NQ, NKV, DK, DV), causal, softcap, sinks_on, alibi, docs in variant_cases():
+        g = H // HKV
+        for precision, info in PRECISIONS.items():
+            u_s = info["unit_roundoff"]
+            with tempfile.TemporaryDirectory() as work:
+                q = representable(rng.normal(size=(B, H, NQ, DK)) * (3.0 if softcap else 1.0), precision)
+                k = representable(rng.normal(size=(B, HKV, NKV, DK)), precision)
+                v = representable(rng.normal(size=(B, HKV, NKV, DV)), precision)
+                d_out = representable(rng.normal(size=(B, H, NQ, DV)), precision)
+                for nm, t in (("q", q), ("k", k), ("v", v), ("g", d_out)):
+                    save(os.path.join(work, nm + ".npy"), t)
+                args = ["--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--precision", precision]
+                if causal:
+                    args += ["--mask", "causal"]
+                if softcap:
+                    args += ["--softcap", repr(softcap)]
+                sinks = None
+                if sinks_on:
+                    sinks = rng.normal(size=H) * 2
+                    sinks[0] = -np.inf
+                    save(os.path.join(work, "sinks.npy"), sinks)
+                    args += ["--sinks", "sinks.npy"]
+                slopes = alibi_slopes(H) if alibi else None
+                if alibi:
+                    args += ["--alibi"]
+                segments = None
+                if docs:
+                    segments = (np.arange(NKV)[None, :] * docs // NKV).repeat(B, axis=0).astype(np.int64)
+                    save(os.path.join(work, "seg.npy"), segments)
+                    args += ["--segments", "seg.npy"]
+                scale = 1 / np.sqrt(DK)
+                rk, rv = np.repeat(k, g, axis=1), np.repeat(v, g, axis=1)  # = torch.repeat_interleave(dim=1)
+                tq, tk, tv = torch.from_numpy(q), torch.repeat_interleave(torch.from_numpy(k), g, dim=1), \
+                    torch.repeat_interleave(torch.from_numpy(v), g, dim=1)
+                torch64 = variant_attention(tq, tk, tv, scale, causal, softcap, slopes, segments, sinks, torch).numpy()
+                truth = variant_attention(q.astype(LD), rk.astype(LD), rv.astype(LD), LD(scale), causal,
+                                          None if softcap is None else LD(softcap), slopes, segments, sinks,
+                                          np).astype(np.float64)
+                torch_err = float(np.max(abs(torch64 - truth)))
+                outs, tol = {}, {}
+                for backend in BACKENDS:
+                    summary = json.loads(run(["attend"] + args + ["--backend", backend, "--out", "o.npy", "--check",
+                                                                  "--json", "--force"], work))
+                    outs[backend] = np.load(os.path.join(work, "o.npy"))
+                    tol[backend] = summary["tolerance"]
+                    record(summary["shape"]["kv_heads"] == HKV, f"variants {name}: H_kv not inferred from K")
+                naive_err = float(np.max(abs(outs[BASELINE] - truth)))
+                for backend, o in outs.items():
+                    label = f"variants {name} {backend} {precision}"
+                    dev = float(np.max(abs(o - torch64)))
+                    record(dev <= tol[backend] + torch_err,
+                           f"{label}: |ours - torch64| {dev:.3g} > derived bound {tol[backend]:.3g} + torch's {torch_err:.3g}")
+                    if backend != BASELINE:
+                        err = float(np.max(abs(o - truth)))
+                        allowed = 2 * naive_err + u_s * float(np.max(abs(truth)))
+                        record(err <= allowed, f"{label}: error {err:.3g} > 2x baseline {naive_err:.3g} + floor")
+                VARIANT_LOG.append((name, precision, naive_err, torch_err))
+                # The backward pass against torch autograd (fp64 and fp32 storage: the narrow formats' derived
+                # gradient bounds are checked by the suite's own tests).
+                if precision not in ("fp64", "fp32"):
+                    continue
+                tq = torch.from_numpy(q.copy()).requires_grad_()
+                tk0 = torch.from_numpy(k.copy()).requires_grad_()
+                tv0 = torch.from_numpy(v.copy()).requires_grad_()
+                ts = torch.from_numpy(np.where(np.isfinite(sinks), sinks, 0.0)).requires_grad_() if sinks_on else None
+                sink_t = None
+                if sinks_on:  # -inf sinks stay -inf (no gradient), finite ones carry the gradient
+                    sink_t = torch.where(torch.from_numpy(np.isfinite(sinks)), ts, torch.full((H,), -np.inf, dtype=torch.float64))
+                s = variant_scores(tq, torch.repeat_interleave(tk0, g, dim=1), scale, causal, softcap, slopes, segments, torch)
+                col = (sink_t if sinks_on else torch.full((H,), -np.inf, dtype=torch.float64))[None, :, None, None].expand(B, H, NQ, 1)
+                p = torch.nan_to_num(torch.softmax(torch.cat([s, col], dim=-1), dim=-1))[..., :NKV]
+                (p @ torch.repeat_interleave(tv0, g, dim=1)).backward(torch.from_numpy(d_out))
+                t64 = {"dq": tq.grad.numpy(), "dk": tk0.grad.numpy(), "dv": tv0.grad.numpy()}
+                if sinks_on:
+                    t64["dsinks"] = np.where(np.isfinite(sinks), ts.grad.numpy(), 0.0)
+                outs_grad = ["--dq", "dq.npy", "--dk", "dk.npy", "--dv", "dv.npy"] + (["--dsinks", "ds.npy"] if sinks_on else [])
+                grad_args = ["--grad-out", "g.npy"] + outs_grad + ["--check", "--json", "--force"]
+                # torch64's own bound: the derived worst-case gradient bound of an fp64 evaluation of the same
+                # formulas on the same (representable) inputs, as attn-lab's --check reports it for fp64 storage
+                fp64_args = [a if a != precision else "fp64" for a in args]
+                torch_bound = json.loads(run(["attend"] + fp64_args + ["--backend", BASELINE] + grad_args, work))["backward"]
+                for backend in BACKWARD:
+                    summary = json.loads(run(["attend"] + args + ["--backend", backend] + grad_args, work))["backward"]
+                    for key, f in (("dq", "dq.npy"), ("dk", "dk.npy"), ("dv", "dv.npy"), ("dsinks", "ds.npy")):
+                        if key not in t64:
+                            continue
+                        got = np.load(os.path.join(work, f))
+                        dev = float(np.max(abs(got - t64[key])))
+                        allowed = summary[key]["tolerance"] + torch_bound[key]["tolerance"]
+                        record(dev <= allowed, f"variants backward {name} {backend} {precision} {key}: "
+                                               f"|ours - torch64| {dev:.3g} > bound {allowed:.3g}")
+                        VARIANT_GRAD_LOG.append(dev / allowed)
+
+
+def check_variants_power():
+    """Each variant's criterion can fail: torch64 computed with one convention changed (K/V heads h % H_kv,
+    np.tile, instead of h / g; no soft-cap; no sinks; the next head's ALiBi slope) must leave the criterion
+    that the unchanged torch64 passes (attn-lab fp64, its derived bound)."""
+    rng = np.random.default_rng(SEED + 10)
+    B, H, HKV, N, D = 1, 4, 2, 10, 8
+    q = rng.normal(size=(B, H, N, D)) * 3
+    k, v = rng.normal(size=(B, HKV, N, D)), rng.normal(size=(B, HKV, N, D))
+    sinks, slopes, scale = rng.normal(size=H), alibi_slopes(H), 1 / np.sqrt(D)
+    with tempfile.TemporaryDirectory() as work:
+        for nm, t in (("q", q), ("k", k), ("v", v), ("sinks", sinks)):
+            save(os.path.join(work, nm + ".npy"), t)
+        summary = json.loads(run(["attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--precision", "fp64",
+                                  "--mask", "causal", "--softcap", "2", "--sinks", "sinks.npy", "--alibi",
+                                  "--backend", FUSED, "--out", "o.npy", "--check", "--json"], work))
+        ours, tol = np.load(os.path.join(work, "o.npy")), summary["tolerance"]
+    t = lambda x: torch.from_numpy(x)
+
+    def torch64(kv_heads=lambda x: np.repeat(x, H // HKV, axis=1), cap=2.0, sink=sinks, slope=slopes):
+        return variant_attention(t(q), t(kv_heads(k)), t(kv_heads(v)), scale, True, cap, slope, None, sink,
+                                 torch).numpy()
+    record(float(np.max(abs(ours - torch64()))) <= tol, "variants power: the unchanged torch64 fails the bound")
+    for what, changed in (("K/V head h % H_kv", torch64(kv_heads=lambda x: np.tile(x, (1, H // HKV, 1, 1)))),
+                          ("no soft-cap", torch64(cap=None)), ("no sinks", torch64(sink=None)),
+                          ("the next head's ALiBi slope", torch64(slope=np.roll(slopes, -1)))):
+        record(float(np.max(abs(ours - changed))) > tol, f"variants power: torch64 with {what} passes the bound")
+
+
 ATTEND_LOG, LAYER_LOG, HEADROOM, BACKWARD_LOG, GRAD_HEADROOM = [], [], {}, [], {}
+VARIANT_LOG, VARIANT_GRAD_LOG = [], []
 print(f"torch {torch.__version__}, numpy {np.__version__}, seed {SEED}, backends {BACKENDS}, "
       f"precisions {list(PRECISIONS)}")
 check_attend()
@@ -595,6 +796,8 @@ check_layer()
 check_power()
 check_backward()
 check_backward_power()
+check_variants()
+check_variants_power()
 print("largest errors against the long-double truth (naive attn-lab / torch float64):")
 for kind, log in (("attend", ATTEND_LOG), ("layer", LAYER_LOG)):
     for precision in PRECISIONS:
@@ -605,4 +808,6 @@ print("largest error / allowed of the 2x rule: " + ", ".join(f"{p} {r:.2f}" for 
 print("backward: torch64's largest gradient error against the long-double formulas: "
       f"{max(r[2] for r in BACKWARD_LOG):.3g} over {len(BACKWARD_LOG)} cases; largest error / allowed of the 2x rule: "
       + ", ".join(f"{p} {r:.2f}" for p, r in GRAD_HEADROOM.items()))
+print(f"variants: torch64's largest error against the long-double truth {max(r[3] for r in VARIANT_LOG):.3g} over "
+      f"{len(VARIANT_LOG)} cases; gradients: largest |ours - torch64| / allowed {max(VARIANT_GRAD_LOG):.2f}")
 CHECKS.finish()

@@ -98,6 +98,7 @@ int run(const Args& args) {
   opt.need_weights = args.has("--weights") || check;
   opt.need_lse = args.has("--lse") || check;
   variant_options(args, opt, shape.heads, shape.batch);
+  if (opt.sinks && opt.need_weights) opt.need_lse = true;  // the rows' expected sums come from it
 
   const BackendInfo& backend = args.has("--backend") ? backend_info(args.str("--backend")) : baseline_backend();
   const PrecisionInfo& precision = precision_info(args.str("--precision", "fp32"));
@@ -112,7 +113,21 @@ int run(const Args& args) {
   if (args.has("--weights") && r.weights) save_with_rank(args.str("--weights"), *r.weights, loaded.rank);
   if (args.has("--lse") && r.lse) save_with_rank(args.str("--lse"), *r.lse, loaded.rank - 1);
 
-  const double row_sum = r.weights ? max_row_sum_error(*r.weights) : NAN;
+  // With sinks a row sums to 1 - exp(sink_h - lse_i) (the sink's weight), from the run's own logsumexp.
+  double row_sum = r.weights ? max_row_sum_error(*r.weights) : NAN;
+  if (r.weights && opt.sinks && r.lse) {
+    row_sum = 0;
+    const auto& w = *r.weights;
+    for (std::size_t b = 0; b < shape.batch; ++b)
+      for (std::size_t h = 0; h < shape.heads; ++h)
+        for (std::size_t i = 0; i < shape.n_q; ++i) {
+          double sum = 0;
+          for (std::size_t j = 0; j < shape.n_kv; ++j) sum += w(b, h, i, j);
+          const double lse = (*r.lse)(b, h, i), sink = (*opt.sinks)(h);
+          const double expected = std::isfinite(lse) ? 1 - std::exp(sink - lse) : 0.0;
+          row_sum = std::max(row_sum, std::fabs(sum - expected));
+        }
+  }
   Check c;
   if (check) c = verify(r, opt);
 
@@ -183,7 +198,8 @@ int run(const Args& args) {
     std::printf("  time %.6f s (cold call), peak heap %zu bytes, workspace %zu bytes\n", r.seconds, peak,
                 r.workspace_bytes);
     if (!r.warm_seconds.empty()) std::printf("  warm calls: median %.6f s of %zu\n", warm_median, r.warm_seconds.size());
-    if (r.weights) std::printf("  max |row sum - 1| %.3g\n", row_sum);
+    if (r.weights)
+      std::printf(opt.sinks ? "  max |row sum - (1 - the sink's weight)| %.3g\n" : "  max |row sum - 1| %.3g\n", row_sum);
     if (check) {
       std::printf("  max |O - truth| %.3g (%.3g ulps of %s; truth %s)\n", c.out.max_abs, c.out.max_ulps,
                   std::string(precision.name).c_str(), std::string(truth_name(c.truth)).c_str());
@@ -279,7 +295,8 @@ backward pass (gradients of L = <dO, O>):
   either fails. --repeat and --json cover the backward too (a "backward" object).
   --json                         print a one-line JSON summary instead of text
   --force                        replace existing output files
-  max |row sum - 1| is reported when weights exist (--weights or --check).
+  max |row sum - 1| is reported when weights exist (--weights or --check); with --sinks, max |row
+  sum - (1 - exp(sink_h - lse_i))|.
 
 examples:
   attn-lab attend --random 1,2,300,517,64,48 --mask causal --precision fp16 --check --json
