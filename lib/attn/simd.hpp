@@ -61,15 +61,16 @@ struct SimdKernels {
   void (*softcap_f64)(double* s, std::size_t n, double c) = nullptr;
   // A decode step's products with K and V read in place (rows of a few
   // query rows, row-major q [rows, d] and p [rows, cols]; k, v [cols, d]):
-  //   scores: s[r, j] = scale (q_r . k_j), s [rows, cols]
+  //   scores: s[r, j] = scale (q_r . k_j), s [rows, cols]; prefetches the
+  //           rows of K and of v [cols, d_v] a few keys ahead (v may be null)
   //   pv:     o[r, c] += sum_j p[r, j] v[j, c], o [rows, d_v]
   // (simd/variant.inc: their orders of operations)
   void (*decode_scores_f32)(const float* q, std::size_t rows, const float* k, std::size_t cols, std::size_t d,
-                            float scale, float* s) = nullptr;
+                            float scale, float* s, const float* v, std::size_t d_v) = nullptr;
   void (*decode_scores_bf16)(const float* q, std::size_t rows, const bf16* k, std::size_t cols, std::size_t d,
-                             float scale, float* s) = nullptr;
+                             float scale, float* s, const bf16* v, std::size_t d_v) = nullptr;
   void (*decode_scores_fp16)(const float* q, std::size_t rows, const fp16* k, std::size_t cols, std::size_t d,
-                             float scale, float* s) = nullptr;
+                             float scale, float* s, const fp16* v, std::size_t d_v) = nullptr;
   void (*decode_pv_f32)(const float* p, std::size_t rows, const float* v, std::size_t cols, std::size_t d_v,
                         float* o) = nullptr;
   void (*decode_pv_bf16)(const float* p, std::size_t rows, const bf16* v, std::size_t cols, std::size_t d_v,

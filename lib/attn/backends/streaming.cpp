@@ -56,10 +56,11 @@ struct Tiles {
   // place (simd.hpp's decode kernels): no packing, each key read once.
   static constexpr bool decode_capable =
       micro && (std::is_same_v<S, float> || std::is_same_v<S, bf16> || std::is_same_v<S, fp16>);
-  static void decode_scores(const A* q, std::size_t rows, const S* k, std::size_t cols, std::size_t d_k, A scale, A* s) {
-    if constexpr (std::is_same_v<S, float>) attn::simd().decode_scores_f32(q, rows, k, cols, d_k, scale, s);
-    else if constexpr (std::is_same_v<S, bf16>) attn::simd().decode_scores_bf16(q, rows, k, cols, d_k, scale, s);
-    else if constexpr (std::is_same_v<S, fp16>) attn::simd().decode_scores_fp16(q, rows, k, cols, d_k, scale, s);
+  static void decode_scores(const A* q, std::size_t rows, const S* k, std::size_t cols, std::size_t d_k, A scale, A* s,
+                            const S* v, std::size_t d_v) {
+    if constexpr (std::is_same_v<S, float>) attn::simd().decode_scores_f32(q, rows, k, cols, d_k, scale, s, v, d_v);
+    else if constexpr (std::is_same_v<S, bf16>) attn::simd().decode_scores_bf16(q, rows, k, cols, d_k, scale, s, v, d_v);
+    else if constexpr (std::is_same_v<S, fp16>) attn::simd().decode_scores_fp16(q, rows, k, cols, d_k, scale, s, v, d_v);
   }
   static void decode_pv(const A* p, std::size_t rows, const S* v, std::size_t cols, std::size_t d_v, A* o) {
     if constexpr (std::is_same_v<S, float>) attn::simd().decode_pv_f32(p, rows, v, cols, d_v, o);
@@ -217,13 +218,9 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       if (pos.size() == 0) continue;
       const RowSpan rs{pos.first * g, pos.last * g};
       if (decoding(blk)) {
-        // The tile's V, read column block by column block after the scores:
-        // fetched now, in order, while the scores are computed.
-        const char* v_tile = reinterpret_cast<const char*>(&in.v(blk.b, blk.hk, j0, 0));
-        for (std::size_t x = 0; x < cols * d_v * sizeof(S); x += 64) __builtin_prefetch(v_tile + x);
         if constexpr (T::decode_capable)
           T::decode_scores(Q_i + rs.first * d_k, rs.size(), &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale,
-                           w.S_ij + rs.first * cols);
+                           w.S_ij + rs.first * cols, &in.v(blk.b, blk.hk, j0, 0), d_v);
       } else {
         const A* K_j = T::load_k(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, w.k_buf);
         T::scores(Q_i + rs.first * d_k, K_j, w.S_ij + rs.first * cols, rs.size(), cols, d_k, scale);
