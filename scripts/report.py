@@ -147,16 +147,31 @@ def of_peak(gflops, peak_gflops):
     return f"{100 * gflops / peak_gflops:.0f}%"
 
 
+def widest(rows, x, key, **fixed):
+    """The value of `key` whose series over `x` (rows matching `fixed`) has the
+    most points: the quick profile's d = 64 for the n series, n = 1024 for the
+    d series; whatever the profile measured otherwise (None: no rows)."""
+    xs = {}
+    for r in rows:
+        if r.get("family") == "attn" and key in r and x in r and all(r.get(k) == v for k, v in fixed.items()):
+            xs.setdefault(r[key], set()).add(r[x])
+    return max(sorted(xs), key=lambda v: len(xs[v])) if xs else None
+
+
 def scaling_report(rows, peak, folder):
-    by_n = series(rows, "n", precision="fp32", causal=0, threads=1, d=64)
+    fixed = dict(precision="fp32", causal=0, threads=1)
+    d_of_n, n_of_d = widest(rows, "n", "d", **fixed), widest(rows, "d", "n", **fixed)
+    if d_of_n is None:
+        return "# Scaling\n\nThis run measured no fp32 single-thread attn points.\n", []
+    by_n = series(rows, "n", d=d_of_n, **fixed)
     f1, fits = loglog_fits(folder, "scaling_n.svg", {b: [(n, r["seconds_per_call"]) for n, r in pts]
                                                      for b, pts in by_n.items()},
-                           "n (n_q = n_kv)", "seconds per call", "time vs n: fp32, d = 64, no mask, 1 thread")
+                           "n (n_q = n_kv)", "seconds per call", f"time vs n: fp32, d = {d_of_n}, no mask, 1 thread")
     fits = {b: (e, [n for n, _ in by_n[b]]) for b, e in fits.items()}
-    by_d = series(rows, "d", precision="fp32", causal=0, threads=1, n=1024)
+    by_d = series(rows, "d", n=n_of_d, **fixed)
     f2, dfits = loglog_fits(folder, "scaling_d.svg", {b: [(d, r["seconds_per_call"]) for d, r in pts]
                                                       for b, pts in by_d.items()},
-                            "d_k = d_v", "seconds per call", "time vs d: fp32, n = 1024, no mask, 1 thread")
+                            "d_k = d_v", "seconds per call", f"time vs d: fp32, n = {n_of_d}, no mask, 1 thread")
 
     fp32_peak = peak["fp32_fma_gflops_core"]
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
@@ -178,7 +193,7 @@ def scaling_report(rows, peak, folder):
                      for b, (e, ns) in sorted(fits.items()))
     lines += [f"Fitted on a log-log least-squares line: {desc}. Work quadratic in n would give 2.0.", ""]
     lines += [f"![time vs d]({f2})", ""]
-    lines += ["At n = 1024, time against d: " + "; ".join(f"{b} exponent {e:.2f}" for b, e in sorted(dfits.items()))
+    lines += [f"At n = {n_of_d}, time against d: " + "; ".join(f"{b} exponent {e:.2f}" for b, e in sorted(dfits.items()))
               + ". The products grow linearly in d (exponent 1); the n^2 exponentials do not grow with d, so "
               "an exponent below 1 measures how much of the time they take.", ""]
     lines += [f"![roofline]({f3})", ""]
@@ -190,7 +205,7 @@ def scaling_report(rows, peak, folder):
     lines += ["| backend | n | d | ms per call | GFLOP/s |", "|---|---:|---:|---:|---:|"]
     for b, pts in sorted(by_n.items()):
         for n, r in pts:
-            lines.append(f"| {b} | {n} | 64 | {1e3 * r['seconds_per_call']:.2f} | {r['FLOP/s'] / 1e9:.1f} |")
+            lines.append(f"| {b} | {n} | {d_of_n} | {1e3 * r['seconds_per_call']:.2f} | {r['FLOP/s'] / 1e9:.1f} |")
     bwd = backward_series(rows)
     bwd_fits = {b: fit_exponent([n for n, _ in pts], [r["seconds_per_call"] for _, r in pts]) for b, pts in bwd.items()}
     if bwd:
@@ -783,7 +798,9 @@ def index_report(peak, build, bench, command, stamp, readings):
              f"- Compiler: {build.get('compiler')}; flags: {build.get('flags')}",
              f"- Libraries: {build.get('libraries')}",
              f"- Benchmark host: {ctx.get('host_name')}, {ctx.get('num_cpus')} CPUs at {ctx.get('mhz_per_cpu')} MHz; "
-             f"profile {ctx.get('attn_profile')}", "",
+             f"profile {ctx.get('attn_profile')}"
+             + (" (the pipeline's smoke test: one iteration per benchmark, no figure here is a measurement)"
+                if ctx.get("attn_profile") == "smoke" else ""), "",
              "## Reports", ""]
     lines += [f"- [{r.name}]({r.name}.md): {r.summary}" for r in REPORTS]
     lines += ["- [data](data/): the JSON every figure was drawn from", "", "## Readings", ""]

@@ -107,6 +107,14 @@ Outcome at_most(const RatioInterval& r, double threshold);
 void alternate_timings(std::size_t rounds, const std::function<std::vector<double>()>& a,
                        const std::function<std::vector<double>()>& b, std::vector<double>& ta, std::vector<double>& tb);
 
+// Warm timings of one prepared call: rounds `in` to storage and binds the call
+// once (one untimed cold call touches its workspace); each call of the
+// returned function times `per_round` more calls. Unlike BackendInfo::run
+// per round, the rounding and conversion of large inputs (a decode step's
+// KV cache: gigabytes in double) is done once, not in every round.
+std::function<std::vector<double>()> warm_timer(const BackendInfo& backend, std::string_view precision, Accumulate acc,
+                                                const Inputs<double>& in, const Options& opt, std::size_t per_round);
+
 // Least-squares slope of log y against log x: the exponent of a power law
 // y ~ x^e fitted on log-log axes (every x, y > 0).
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);

@@ -31,11 +31,9 @@ Verdict flash_decoding(const Config& cfg) {
   why.precision(3);
   for (std::size_t n_kv : lengths) {
     const Inputs<double> in = random_inputs({1, 1, 1, n_kv, d, d}, cfg.seed);
-    auto timings = [&](const Options& opt) {
-      return [&, opt] { return fused.run("bf16", Accumulate::fp32, in, opt, {}, per_round).warm_seconds; };
-    };
     std::vector<double> t_split, t_unsplit;
-    alternate_timings(rounds, timings(split), timings(unsplit), t_split, t_unsplit);
+    alternate_timings(rounds, warm_timer(fused, "bf16", Accumulate::fp32, in, split, per_round),
+                      warm_timer(fused, "bf16", Accumulate::fp32, in, unsplit, per_round), t_split, t_unsplit);
     const RatioInterval r = median_ratio(t_split, t_unsplit);
     const Outcome o = at_most(r, 1 / 1.5);
     if (o == Outcome::does_not_hold || (o == Outcome::inconclusive && outcome == Outcome::holds)) outcome = o;

@@ -29,16 +29,15 @@ Verdict gqa_decode_speed(const Config& cfg) {
     if (o == Outcome::does_not_hold || (o == Outcome::inconclusive && outcome == Outcome::holds)) outcome = o;
   };
   for (std::size_t n_kv : lengths) {
-    // The same queries (drawn first) over 32, 8 and 1 K/V heads.
-    const Inputs<double> mha = random_inputs({1, heads, 1, n_kv, d, d, 32}, cfg.seed);
-    const Inputs<double> gqa = random_inputs({1, heads, 1, n_kv, d, d, 8}, cfg.seed);
-    const Inputs<double> mqa = random_inputs({1, heads, 1, n_kv, d, d, 1}, cfg.seed);
-    auto timings = [&](const Inputs<double>& in) {
-      return [&fused, p = &in] { return fused.run("bf16", Accumulate::fp32, *p, Options{}, {}, per_round).warm_seconds; };
+    // The same queries (drawn first) over 32, 8 and 1 K/V heads, each bound once.
+    auto timer = [&](std::size_t kv_heads) {
+      return warm_timer(fused, "bf16", Accumulate::fp32, random_inputs({1, heads, 1, n_kv, d, d, kv_heads}, cfg.seed),
+                        Options{}, per_round);
     };
+    const auto mha = timer(32), gqa = timer(8), mqa = timer(1);
     std::vector<double> t_gqa, t_mqa, t_mha, t_gqa2;
-    alternate_timings(rounds, timings(gqa), timings(mqa), t_gqa, t_mqa);
-    alternate_timings(rounds, timings(mha), timings(gqa), t_mha, t_gqa2);
+    alternate_timings(rounds, gqa, mqa, t_gqa, t_mqa);
+    alternate_timings(rounds, mha, gqa, t_mha, t_gqa2);
     const RatioInterval near = median_ratio(t_gqa, t_mqa), far = median_ratio(t_mha, t_gqa2);
     worse(at_most(near, 1.5));
     // MHA / GQA above 2: holds when the whole interval is above 2

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 
@@ -110,6 +111,23 @@ void alternate_timings(std::size_t rounds, const std::function<std::vector<doubl
     for (double t : a()) ta.push_back(t);
     for (double t : b()) tb.push_back(t);
   }
+}
+
+std::function<std::vector<double>()> warm_timer(const BackendInfo& backend, std::string_view precision, Accumulate acc,
+                                                const Inputs<double>& in, const Options& opt, std::size_t per_round) {
+  const PrecisionInfo& p = precision_info(precision);
+  // The prepared call holds its own copy of the inputs in storage precision.
+  std::shared_ptr<PreparedCall> call = backend.prepare(p, acc, rounded_to(p, in), opt);
+  call->call();  // cold: allocation and first touch, not timed
+  return [call, per_round] {
+    std::vector<double> t;
+    for (std::size_t k = 0; k < per_round; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      call->call();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    return t;
+  };
 }
 
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {

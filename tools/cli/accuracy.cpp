@@ -21,18 +21,18 @@ int run(const Args& args) {
 
 extern const Command accuracy_command = {
     "accuracy",
-    "  attn-lab accuracy [--profile quick|full] --out FILE.json\n"
+    "  attn-lab accuracy [--profile smoke|quick|full] --out FILE.json\n"
     "                             error of every backend x precision x accumulation against the\n"
     "                             ground truth over n, d_k, mask and logit scale\n",
-    R"(attn-lab accuracy [--profile quick|full] --out FILE.json: every backend (but the exact one)
+    R"(attn-lab accuracy [--profile smoke|quick|full] --out FILE.json: every backend (but the exact one)
 x precision x accumulation against the ground truth of verify() (50 digits where affordable)
-over n = 16 ... 1024 (4096 full), d = 64 (16 ... 256), no mask and causal, logit scales 1 ...
+over n = 16 ... 1024 (16, 64 smoke; 4096 full), d = 64 (16 ... 256), no mask and causal, logit scales 1 ...
 1000, plus emulated FP8 (e4m3, e5m2); the gradients of every backend with a backward pass
 (n <= 256 and n = 1024 at unit logits without a mask; every problem in full) against
 50 digits or fp64 with its bound. Progress on stderr; --force replaces FILE.
 
 examples:
-  attn-lab accuracy --profile quick --out accuracy.json
+  attn-lab accuracy --profile smoke --out accuracy.json
 )",
     {"--profile", "--out"},
     {"--force"},

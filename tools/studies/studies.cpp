@@ -14,9 +14,10 @@ namespace attn {
 
 std::vector<AccuracyProblem> accuracy_problems(const std::string& profile) {
   std::vector<std::size_t> ns, ds;
-  if (profile == "quick") ns = {16, 64, 256, 1024}, ds = {64};
+  if (profile == "smoke") ns = {16, 64}, ds = {64};
+  else if (profile == "quick") ns = {16, 64, 256, 1024}, ds = {64};
   else if (profile == "full") ns = {16, 64, 256, 1024, 4096}, ds = {32, 64, 128};
-  else throw Error("unknown accuracy profile '" + profile + "' (quick, full)");
+  else throw Error("unknown accuracy profile '" + profile + "' (smoke, quick, full)");
   std::vector<AccuracyProblem> problems;
   for (std::size_t d : ds)
     for (std::size_t n : ns)
