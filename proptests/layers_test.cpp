@@ -5,7 +5,10 @@
 //   identity GEMMs are exact);
 //   decoding token by token through the KV cache reproduces full causal
 //   attention within twice the derived bound of the attention core, carried
-//   through W_O;
+//   through W_O, with grouped-query heads, soft-cap, sinks and ALiBi drawn;
+//   a grouped-query layer equals the multi-head layer whose K/V projections
+//   repeat each K/V head's rows for its g query heads (same bound), and
+//   mapping query head h to K/V head h % H_kv instead of h / g is caught;
 //   RoPE scores depend only on m - n and RoPE keeps norms;
 //   self-attention without positions is permutation-equivariant, and with
 //   RoPE or sinusoidal positions a generated permutation breaks it;
@@ -20,6 +23,7 @@
 
 #include "attn/layers.hpp"
 #include "attn/metrics.hpp"
+#include "attn/random.hpp"
 
 namespace attn {
 namespace {
@@ -35,7 +39,7 @@ rc::Gen<LayerCase> gen_layer_case(std::size_t max_length = 9) {
     LayerCase c;
     c.batch = *rc::gen::inRange<std::size_t>(1, 3);
     c.length = *rc::gen::inRange<std::size_t>(1, max_length + 1);
-    c.heads = *rc::gen::element<std::size_t>(1, 2, 3);
+    c.heads = *rc::gen::element<std::size_t>(1, 2, 3, 4);
     c.head_dim = *rc::gen::element<std::size_t>(2, 4, 6);
     c.seed = *rc::gen::inRange<std::uint64_t>(0, 1u << 20);
     return c;
@@ -47,6 +51,42 @@ void for_each_core(F&& f) {
   for (const BackendInfo& b : all_backends())
     for (const PrecisionInfo& p : precisions()) f(b, Core{b.name, std::string(p.name), p.default_accumulate, 1});
 }
+
+// The variants of the attention core for a case: K/V heads dividing the
+// query heads, and a soft-cap, sinks and ALiBi each in about half the cases.
+Options gen_variants(const LayerCase& c, std::size_t& kv_heads) {
+  std::vector<std::size_t> divisors;
+  for (std::size_t h = 1; h <= c.heads; ++h)
+    if (c.heads % h == 0) divisors.push_back(h);
+  kv_heads = *rc::gen::elementOf(divisors);
+  Options v;
+  if (*rc::gen::arbitrary<bool>()) v.softcap = *rc::gen::element(1.0, 5.0, 30.0);
+  if (*rc::gen::arbitrary<bool>()) {
+    NormalStream z(c.seed + 11);
+    xt::xtensor<double, 1> sinks = xt::xtensor<double, 1>::from_shape({c.heads});
+    for (double& s : sinks) s = z.next();
+    v.sinks = sinks;
+  }
+  if (*rc::gen::arbitrary<bool>()) v.alibi_slopes = alibi_slopes(c.heads);
+  return v;
+}
+
+// A K/V projection of `kv_heads` heads widened to `heads`: query head h gets
+// the rows of K/V head map(h) (h / g is grouped-query attention's rule).
+Linear repeat_heads(const Linear& l, std::size_t kv_heads, std::size_t heads, std::size_t (*map)(std::size_t, std::size_t, std::size_t)) {
+  const std::size_t d = l.out_features() / kv_heads;
+  Linear r{Matrix::from_shape({heads * d, l.in_features()}), std::nullopt};
+  if (l.bias) r.bias = Vector::from_shape({heads * d});
+  for (std::size_t h = 0; h < heads; ++h)
+    for (std::size_t row = 0; row < d; ++row) {
+      const std::size_t from = map(h, kv_heads, heads) * d + row;
+      xt::view(r.weight, h * d + row, xt::all()) = xt::view(l.weight, from, xt::all());
+      if (l.bias) (*r.bias)(h * d + row) = (*l.bias)(from);
+    }
+  return r;
+}
+std::size_t grouped(std::size_t h, std::size_t kv_heads, std::size_t heads) { return h / (heads / kv_heads); }
+std::size_t modulo(std::size_t h, std::size_t kv_heads, std::size_t) { return h % kv_heads; }
 
 Linear identity(std::size_t n, double c = 1.0) { return Linear{c * xt::eye<double>(n), std::nullopt}; }
 
@@ -124,7 +164,10 @@ RC_GTEST_PROP(Layers, decodingThroughTheKvCacheMatchesFullCausalAttention, ()) {
   const Sequence x = random_sequence(c.batch, c.length, E, c.seed);
   const bool with_rope = c.head_dim % 2 == 0 && *rc::gen::arbitrary<bool>();
   const std::optional<Rope> rope = with_rope ? std::optional<Rope>(Rope{}) : std::nullopt;
-  const MultiheadAttention mha(E, c.heads, E, E, true, c.seed + 7);
+  std::size_t kv_heads = 0;
+  const Options variants = gen_variants(c, kv_heads);
+  MultiheadAttention mha(E, c.heads, E, E, true, c.seed + 7, kv_heads);
+  mha.set_variants(variants);
   for_each_core([&](const BackendInfo& b, const Core& core) {
     const Sequence full = mha.forward(x, x, x, core, mask::Causal{}, false, false, rope).out;
     KVCache cache;
@@ -135,13 +178,13 @@ RC_GTEST_PROP(Layers, decodingThroughTheKvCacheMatchesFullCausalAttention, ()) {
     }
     RC_ASSERT(cache.length() == c.length);
     Inputs<double> in{MultiheadAttention::split_heads(mha.w_q()(x), c.heads),
-                      MultiheadAttention::split_heads(mha.w_k()(x), c.heads),
-                      MultiheadAttention::split_heads(mha.w_v()(x), c.heads)};
+                      MultiheadAttention::split_heads(mha.w_k()(x), kv_heads),
+                      MultiheadAttention::split_heads(mha.w_v()(x), kv_heads)};
     if (rope) {
       apply_rope(in.q, *rope);
       apply_rope(in.k, *rope);
     }
-    Options opt;
+    Options opt = variants;
     opt.mask = mask::Causal{};
     const double tol = core_tolerance(b, core, in, opt, mha.w_o().weight);
     const double err = max_abs_diff(decoded, full);
@@ -149,6 +192,95 @@ RC_GTEST_PROP(Layers, decodingThroughTheKvCacheMatchesFullCausalAttention, ()) {
       RC_FAIL(std::string(b.name) + " " + core.precision + ": decode vs full " + std::to_string(err) + " > " +
               std::to_string(tol));
   });
+}
+
+RC_GTEST_PROP(Layers, groupedQueryLayerEqualsMhaWithRepeatedKvProjections, ()) {
+  LayerCase c = *gen_layer_case();
+  c.heads = *rc::gen::element<std::size_t>(2, 4, 6);
+  const std::size_t E = c.embed();
+  const Sequence x = random_sequence(c.batch, c.length, E, c.seed);
+  std::size_t kv_heads = 0;
+  const Options variants = gen_variants(c, kv_heads);
+  MultiheadAttention gqa(E, c.heads, E, E, true, c.seed + 5, kv_heads);
+  gqa.set_variants(variants);
+  MultiheadAttention mha(gqa.w_q(), repeat_heads(gqa.w_k(), kv_heads, c.heads, grouped),
+                         repeat_heads(gqa.w_v(), kv_heads, c.heads, grouped), gqa.w_o(), c.heads);
+  mha.set_variants(variants);
+  RC_ASSERT(gqa.kv_heads() == kv_heads);
+  RC_ASSERT(mha.kv_heads() == c.heads);
+  const Mask mask = *rc::gen::arbitrary<bool>() ? Mask(mask::Causal{}) : Mask(mask::None{});
+  for_each_core([&](const BackendInfo& b, const Core& core) {
+    Inputs<double> in{MultiheadAttention::split_heads(mha.w_q()(x), c.heads),
+                      MultiheadAttention::split_heads(mha.w_k()(x), c.heads),
+                      MultiheadAttention::split_heads(mha.w_v()(x), c.heads)};
+    Options opt = variants;
+    opt.mask = mask;
+    const double tol = core_tolerance(b, core, in, opt, mha.w_o().weight);
+    const double err = max_abs_diff(gqa.forward(x, x, x, core, mask).out, mha.forward(x, x, x, core, mask).out);
+    if (!(err <= tol))
+      RC_FAIL(std::string(b.name) + " " + core.precision + ": GQA vs repeated MHA " + std::to_string(err) + " > " +
+              std::to_string(tol));
+  });
+}
+
+// The rule the property above checks can fail: repeating the K/V heads
+// h % H_kv (np.tile) instead of h / g moves the output by more than 100x
+// the bound (H = 4, H_kv = 2, fixed seeds, printed).
+TEST(Layers, GroupedQueryModuloMappingIsCaught) {
+  const std::size_t B = 1, L = 7, H = 4, HKV = 2, E = 16;
+  const MultiheadAttention gqa(E, H, E, E, true, 20261201, HKV);
+  const MultiheadAttention wrong(gqa.w_q(), repeat_heads(gqa.w_k(), HKV, H, modulo),
+                                 repeat_heads(gqa.w_v(), HKV, H, modulo), gqa.w_o(), H);
+  const Sequence x = random_sequence(B, L, E, 20261201);
+  const BackendInfo& backend = all_backends().front();
+  const Core core{backend.name, "fp64", Accumulate::fp64, 1};
+  Inputs<double> in{MultiheadAttention::split_heads(wrong.w_q()(x), H), MultiheadAttention::split_heads(wrong.w_k()(x), H),
+                    MultiheadAttention::split_heads(wrong.w_v()(x), H)};
+  const double tol = core_tolerance(backend, core, in, {}, gqa.w_o().weight);
+  const double gap = max_abs_diff(gqa.forward(x, x, x, core).out, wrong.forward(x, x, x, core).out);
+  std::printf("K/V heads h %% H_kv instead of h / g: gap %.3g vs bound %.3g (seed 20261201)\n", gap, tol);
+  EXPECT_GT(gap, 100 * tol);
+}
+
+// Decoding a long sequence with grouped-query heads and every variant on the
+// streaming core split into 4 K/V chunks per step (split-KV, merged by the
+// logsumexp rule) is as accurate as the naive core's full causal layer: at
+// every step within twice the naive layer's largest error against the fp64
+// layer, plus one storage rounding of the output (the suite's 2x rule; the
+// worst-case bound, printed, is far looser at 300 keys). Fixed seed; 300
+// tokens give enough key tiles for 4 chunks.
+TEST(Layers, SplitKvDecodingOfALongSequenceMatchesFullCausalAttention) {
+  const std::size_t B = 1, L = 300, H = 4, HKV = 2, E = 32;
+  const std::uint64_t seed = 20261201;
+  MultiheadAttention mha(E, H, E, E, true, seed, HKV);
+  Options variants;
+  variants.softcap = 5.0;
+  variants.sinks = xt::xtensor<double, 1>({0.5, -1.0, 2.0, -std::numeric_limits<double>::infinity()});
+  variants.alibi_slopes = alibi_slopes(H);
+  mha.set_variants(variants);
+  const Sequence x = random_sequence(B, L, E, seed);
+  const std::optional<Rope> rope = Rope{};
+  const Sequence truth = mha.forward(x, x, x, Core{"naive", "fp64", Accumulate::fp64, 1}, mask::Causal{}, false, false, rope).out;
+  double max_truth = 0;
+  for (double v : truth) max_truth = std::max(max_truth, std::fabs(v));
+  for (const char* precision : {"fp32", "bf16"}) {
+    const PrecisionInfo& p = precision_info(precision);
+    const Core core{"streaming", precision, Accumulate::fp32, 2, 4};
+    const double naive_err =
+        max_abs_diff(mha.forward(x, x, x, Core{"naive", precision, Accumulate::fp32, 1}, mask::Causal{}, false, false, rope).out,
+                     truth);
+    KVCache cache;
+    double err = 0;
+    for (std::size_t t = 0; t < L; ++t) {
+      const Sequence step = mha.decode(xt::view(x, xt::all(), xt::range(t, t + 1), xt::all()), cache, core, rope);
+      err = std::max(err, max_abs_diff(step, Sequence(xt::view(truth, xt::all(), xt::range(t, t + 1), xt::all()))));
+    }
+    const double allowed = 2 * naive_err + p.unit_roundoff * max_truth;
+    std::printf("%s: split-KV decode (4 chunks, GQA g = 2, soft-cap, sinks, ALiBi, RoPE), %zu steps: error %.3g, "
+                "allowed %.3g (naive full causal layer's error %.3g)\n", precision, L, err, allowed, naive_err);
+    EXPECT_LE(err, allowed) << precision;
+    EXPECT_EQ(cache.heads, HKV);
+  }
 }
 
 // Derivation of the RoPE tolerances: an angle p * theta_i with p <= P is
@@ -320,6 +452,15 @@ TEST(Layers, BadShapesAreClearErrors) {
   EXPECT_NE(message([&] { apply_rope(odd, Rope{}); }).find("even head dimension"), std::string::npos);
   KVCache cache;
   EXPECT_NE(message([&] { mha.decode(x, cache, core); }).find("one token per step"), std::string::npos);
+  EXPECT_NE(message([&] { MultiheadAttention(8, 4, 8, 8, false, 1, 3); }).find("not a multiple of kv_heads 3"),
+            std::string::npos);
+  MultiheadAttention variants(8, 2, 8, 8, false, 1);
+  Options three_sinks;
+  three_sinks.sinks = xt::xtensor<double, 1>({0.0, 1.0, 2.0});
+  EXPECT_NE(message([&] { variants.set_variants(three_sinks); }).find("one value per query head (2)"), std::string::npos);
+  Options with_mask;
+  with_mask.mask = mask::Causal{};
+  EXPECT_NE(message([&] { variants.set_variants(with_mask); }).find("the mask is forward's"), std::string::npos);
 }
 
 }  // namespace

@@ -787,6 +787,71 @@ def check_variants_power():
         record(float(np.max(abs(ours - changed))) > tol, f"variants power: torch64 with {what} passes the bound")
 
 
+def check_layer_variants():
+    """`attn-lab layer` with grouped-query heads (k_proj_weight and v_proj_weight with H_kv x d rows), soft-cap,
+    sinks and ALiBi, causal, against the same layer written out in torch float64 (projections, repeat_interleave,
+    variant_attention, out_proj) and in long double: the fp64 naive layer within twice torch64's distance from
+    the long-double truth (plus one fp64 ulp of the output's size), every other backend and precision within
+    twice the naive layer's error at that precision (the suite's 2x rule; the core's derived bounds are checked
+    by check_variants). torch64 with K/V heads mapped h % H_kv instead of h / g must fail the first criterion."""
+    rng = np.random.default_rng(SEED + 11)
+    B, L, E, H, HKV = 2, 11, 32, 8, 2
+    d, g = E // H, H // HKV
+    sd = {"q_proj_weight": rng.normal(size=(E, E)) / np.sqrt(E),
+          "k_proj_weight": rng.normal(size=(HKV * d, E)) / np.sqrt(E),
+          "v_proj_weight": rng.normal(size=(HKV * d, E)) / np.sqrt(E),
+          "in_proj_bias": rng.normal(size=E + 2 * HKV * d) * 0.1,
+          "out_proj.weight": rng.normal(size=(E, E)) / np.sqrt(E), "out_proj.bias": rng.normal(size=E) * 0.1}
+    x = rng.normal(size=(B, L, E)) * 2
+    sinks, slopes, cap = rng.normal(size=H), alibi_slopes(H), 3.0
+
+    def layer(xp, dtype, kv_map=lambda t: np.repeat(t, g, axis=1)):
+        lin = lambda a, w, b: a.astype(dtype) @ w.T.astype(dtype) + b.astype(dtype)
+        b = sd["in_proj_bias"]
+        q = lin(x, sd["q_proj_weight"], b[:E])
+        k = lin(x, sd["k_proj_weight"], b[E:E + HKV * d])
+        v = lin(x, sd["v_proj_weight"], b[E + HKV * d:])
+        split = lambda t, n: np.swapaxes(t.reshape(B, L, n, d), 1, 2)
+        q, k, v = split(q, H), kv_map(split(k, HKV)), kv_map(split(v, HKV))
+        if xp is torch:
+            o = variant_attention(torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), 1 / np.sqrt(d), True,
+                                  cap, slopes, None, sinks, torch).numpy()
+        else:
+            o = variant_attention(q, k, v, dtype(1 / np.sqrt(d)), True, dtype(cap), slopes, None, sinks, np)
+        return lin(np.swapaxes(o, 1, 2).reshape(B, L, E), sd["out_proj.weight"], sd["out_proj.bias"]).astype(np.float64)
+
+    truth, torch64 = layer(np, LD), layer(torch, np.float64)
+    torch_err = float(np.max(abs(torch64 - truth)))
+    floor = U64 * float(np.max(abs(truth)))
+    wrong = layer(torch, np.float64, kv_map=lambda t: np.tile(t, (1, g, 1, 1)))
+    with tempfile.TemporaryDirectory() as work:
+        os.mkdir(os.path.join(work, "w"))
+        for key, t in sd.items():
+            save(os.path.join(work, "w", key + ".npy"), t)
+        save(os.path.join(work, "x.npy"), x)
+        save(os.path.join(work, "sinks.npy"), sinks)
+        base = ["layer", "--x", "x.npy", "--heads", str(H), "--weights", "w", "--causal", "--softcap", repr(cap),
+                "--sinks", "sinks.npy", "--alibi", "--out", "o.npy", "--force"]
+        for precision in PRECISIONS:
+            outs = {}
+            for backend in BACKENDS:
+                summary = json.loads(run(base + ["--backend", backend, "--precision", precision, "--json"], work))
+                record(summary["kv_heads"] == HKV,
+                       f"layer variants: H_kv {summary['kv_heads']} not inferred from k_proj_weight")
+                outs[backend] = np.load(os.path.join(work, "o.npy"))
+            naive_err = float(np.max(abs(outs[BASELINE] - truth)))
+            if precision == "fp64":
+                record(naive_err <= 2 * torch_err + floor,
+                       f"layer variants fp64 {BASELINE}: error {naive_err:.3g} > 2x torch64's {torch_err:.3g} + ulp")
+                record(float(np.max(abs(wrong - truth))) > 2 * torch_err + floor,
+                       "layer variants power: torch64 with K/V heads h % H_kv passes the criterion")
+            for backend, o in ((b, o) for b, o in outs.items() if b != BASELINE):
+                err = float(np.max(abs(o - truth)))
+                record(err <= 2 * naive_err + floor, f"layer variants {backend} {precision}: error {err:.3g} > 2x "
+                                                     f"{BASELINE}'s {naive_err:.3g} + ulp")
+            LAYER_LOG.append(("GQA g = 4, soft-cap, sinks, ALiBi, causal", precision, naive_err, torch_err))
+
+
 ATTEND_LOG, LAYER_LOG, HEADROOM, BACKWARD_LOG, GRAD_HEADROOM = [], [], {}, [], {}
 VARIANT_LOG, VARIANT_GRAD_LOG = [], []
 print(f"torch {torch.__version__}, numpy {np.__version__}, seed {SEED}, backends {BACKENDS}, "
@@ -798,6 +863,7 @@ check_backward()
 check_backward_power()
 check_variants()
 check_variants_power()
+check_layer_variants()
 print("largest errors against the long-double truth (naive attn-lab / torch float64):")
 for kind, log in (("attend", ATTEND_LOG), ("layer", LAYER_LOG)):
     for precision in PRECISIONS:

@@ -93,14 +93,20 @@ void apply_rope(xt::xtensor<double, 4>& x, const Rope& rope, std::size_t first) 
 }
 
 MultiheadAttention::MultiheadAttention(std::size_t embed_dim, std::size_t num_heads, std::size_t kdim,
-                                       std::size_t vdim, bool bias, std::uint64_t seed)
+                                       std::size_t vdim, bool bias, std::uint64_t seed, std::size_t kv_heads)
     : heads_(num_heads) {
   require(embed_dim > 0 && num_heads > 0 && kdim > 0 && vdim > 0,
           "multi-head attention: embed_dim, num_heads, kdim and vdim must be positive");
+  require(embed_dim % num_heads == 0, "multi-head attention: embed_dim " + std::to_string(embed_dim) +
+                                          " is not divisible by num_heads " + std::to_string(num_heads));
+  if (kv_heads == 0) kv_heads = num_heads;
+  require(num_heads % kv_heads == 0, "multi-head attention: num_heads " + std::to_string(num_heads) +
+                                         " is not a multiple of kv_heads " + std::to_string(kv_heads));
+  const std::size_t kv_width = kv_heads * (embed_dim / num_heads);
   NormalStream z(seed);
   w_q_ = random_linear(embed_dim, embed_dim, bias, z);
-  w_k_ = random_linear(embed_dim, kdim, bias, z);
-  w_v_ = random_linear(embed_dim, vdim, bias, z);
+  w_k_ = random_linear(kv_width, kdim, bias, z);
+  w_v_ = random_linear(kv_width, vdim, bias, z);
   w_o_ = random_linear(embed_dim, embed_dim, bias, z);
   check();
 }
@@ -115,12 +121,38 @@ void MultiheadAttention::check() const {
   require(heads_ > 0 && e % heads_ == 0, "multi-head attention: embed_dim " + std::to_string(e) +
                                               " is not divisible by num_heads " + std::to_string(heads_));
   require(w_o_.in_features() == e, "multi-head attention: out_proj must be [embed_dim, embed_dim]");
-  for (const Linear* l : {&w_q_, &w_k_, &w_v_})
-    require(l->out_features() == e, "multi-head attention: q/k/v projections must output embed_dim = " +
-                                         std::to_string(e) + " features");
+  require(w_q_.out_features() == e, "multi-head attention: q projection must output embed_dim = " +
+                                        std::to_string(e) + " features");
+  const std::size_t d = e / heads_, kv = w_k_.out_features();
+  require(w_v_.out_features() == kv, "multi-head attention: k and v projections must output as many features (" +
+                                         std::to_string(kv) + " vs " + std::to_string(w_v_.out_features()) + ")");
+  require(kv > 0 && kv % d == 0 && heads_ % (kv / d) == 0,
+          "multi-head attention: k/v projections output " + std::to_string(kv) +
+              " features: want kv_heads x head_dim (head_dim " + std::to_string(d) +
+              ") with kv_heads dividing num_heads " + std::to_string(heads_));
   require(w_q_.in_features() == e, "multi-head attention: q_proj must take embed_dim features");
   for (const Linear* l : {&w_q_, &w_k_, &w_v_, &w_o_})
     require(!l->bias || l->bias->size() == l->out_features(), "multi-head attention: a bias has the wrong length");
+}
+
+void MultiheadAttention::set_variants(Options v) {
+  require(std::holds_alternative<mask::None>(v.mask) && !v.need_weights && !v.need_lse && v.threads == 1 &&
+              v.kv_splits == 0,
+          "multi-head attention: the variants set softcap, sinks, alibi_slopes and segments only (the mask is "
+          "forward's, threads and kv_splits the Core's)");
+  for (const auto* t : {&v.sinks, &v.alibi_slopes})
+    require(!*t || (*t)->size() == heads_, "multi-head attention: sinks and ALiBi slopes need one value per query "
+                                           "head (" + std::to_string(heads_) + ")");
+  variants_ = std::move(v);
+}
+
+Options MultiheadAttention::call_options(const Core& core, const Mask& mask, bool need_weights) const {
+  Options opt = variants_;
+  opt.mask = mask;
+  opt.need_weights = need_weights;
+  opt.threads = core.threads;
+  opt.kv_splits = core.kv_splits;
+  return opt;
 }
 
 xt::xtensor<double, 4> MultiheadAttention::split_heads(const Sequence& x, std::size_t heads) {
@@ -157,17 +189,13 @@ AttentionOutput MultiheadAttention::forward(const Sequence& query, const Sequenc
   require(value.shape(2) == w_v_.in_features(), "multi-head attention: value has " +
                                                     std::to_string(value.shape(2)) + " features, vdim is " +
                                                     std::to_string(w_v_.in_features()));
-  Inputs<double> in{split_heads(w_q_(query), heads_), split_heads(w_k_(key), heads_),
-                    split_heads(w_v_(value), heads_)};
+  Inputs<double> in{split_heads(w_q_(query), heads_), split_heads(w_k_(key), kv_heads()),
+                    split_heads(w_v_(value), kv_heads())};
   if (rope) {
     apply_rope(in.q, *rope);
     apply_rope(in.k, *rope);
   }
-  Options opt;
-  opt.mask = mask;
-  opt.need_weights = need_weights;
-  opt.threads = core.threads;
-  RunReport r = core_backend(core).run(core.precision, core.accumulate, in, opt, {}, 0);
+  RunReport r = core_backend(core).run(core.precision, core.accumulate, in, call_options(core, mask, need_weights), {}, 0);
   AttentionOutput o{w_o_(merge_heads(r.out)), std::nullopt, std::nullopt};
   if (need_weights) {
     o.weights = std::move(r.weights);
@@ -181,15 +209,15 @@ Sequence MultiheadAttention::decode(const Sequence& x, KVCache& cache, const Cor
   require(x.shape(1) == 1, "decode: one token per step ([B, 1, E]), got " + std::to_string(x.shape(1)));
   require(x.shape(2) == embed_dim() && w_k_.in_features() == embed_dim() && w_v_.in_features() == embed_dim(),
           "decode: self-attention of embed_dim features only");
-  auto q = split_heads(w_q_(x), heads_), k = split_heads(w_k_(x), heads_), v = split_heads(w_v_(x), heads_);
+  require(!variants_.segments, "decode: document segments need fixed ids per position; a growing KV cache has none");
+  auto q = split_heads(w_q_(x), heads_), k = split_heads(w_k_(x), kv_heads()), v = split_heads(w_v_(x), kv_heads());
   if (rope) {
     apply_rope(q, *rope, cache.length());
     apply_rope(k, *rope, cache.length());
   }
   cache.append(k, v);
-  Options opt;
-  opt.threads = core.threads;
-  const RunReport r = core_backend(core).run(core.precision, core.accumulate, cache.view_with(q), opt, {}, 0);
+  const RunReport r =
+      core_backend(core).run(core.precision, core.accumulate, cache.view_with(q), call_options(core, mask::None{}, false), {}, 0);
   return w_o_(merge_heads(r.out));
 }
 
@@ -201,7 +229,7 @@ void KVCache::append(const xt::xtensor<double, 4>& k, const xt::xtensor<double, 
   }
   require(k.shape(0) == batch && k.shape(1) == heads && k.shape(2) == 1 && k.shape(3) == head_dim &&
               v.shape() == k.shape(),
-          "KV cache: a step must append [B, H, 1, d] keys and values of the cache's shape");
+          "KV cache: a step must append [B, H_kv, 1, d] keys and values of the cache's shape");
   k_.insert(k_.end(), k.begin(), k.end());  // [B][H][1][d] = this token's slice of [length][B][H][d]
   v_.insert(v_.end(), v.begin(), v.end());
   ++length_;
@@ -245,8 +273,8 @@ Sequence LayerNorm::operator()(const Sequence& x) const {
 }
 
 PreNormBlock::PreNormBlock(std::size_t embed_dim, std::size_t num_heads, std::size_t mlp_dim, Activation act,
-                           std::uint64_t seed)
-    : ln1(embed_dim), ln2(embed_dim), attention(embed_dim, num_heads, embed_dim, embed_dim, true, seed),
+                           std::uint64_t seed, std::size_t kv_heads)
+    : ln1(embed_dim), ln2(embed_dim), attention(embed_dim, num_heads, embed_dim, embed_dim, true, seed, kv_heads),
       activation(act) {
   NormalStream z(seed ^ 0x9e3779b97f4a7c15ull);
   mlp_in = random_linear(mlp_dim, embed_dim, true, z);
@@ -298,12 +326,16 @@ MultiheadAttention load_state_dict(const std::string& dir, std::size_t heads) {
   Linear q{load_npy_2d(dir + "/q_proj_weight.npy", "--weights q_proj_weight.npy"), std::nullopt};
   Linear k{load_npy_2d(dir + "/k_proj_weight.npy", "--weights k_proj_weight.npy"), std::nullopt};
   Linear v{load_npy_2d(dir + "/v_proj_weight.npy", "--weights v_proj_weight.npy"), std::nullopt};
+  // Grouped-query K/V projections have H_kv x d rows each, fewer than embed_dim.
   if (std::filesystem::exists(dir + "/in_proj_bias.npy")) {
     const Vector b = load_npy_1d(dir + "/in_proj_bias.npy", "--weights in_proj_bias.npy");
-    if (b.size() != 3 * e) throw Error("--weights in_proj_bias.npy: length " + std::to_string(b.size()) + ", want " + std::to_string(3 * e));
-    q.bias = Vector(xt::view(b, xt::range(0, e)));
-    k.bias = Vector(xt::view(b, xt::range(e, 2 * e)));
-    v.bias = Vector(xt::view(b, xt::range(2 * e, 3 * e)));
+    const std::size_t nq = q.out_features(), nk = k.out_features(), nv = v.out_features();
+    if (b.size() != nq + nk + nv)
+      throw Error("--weights in_proj_bias.npy: length " + std::to_string(b.size()) + ", want the q, k and v "
+                  "projections' rows " + std::to_string(nq) + " + " + std::to_string(nk) + " + " + std::to_string(nv));
+    q.bias = Vector(xt::view(b, xt::range(0, nq)));
+    k.bias = Vector(xt::view(b, xt::range(nq, nq + nk)));
+    v.bias = Vector(xt::view(b, xt::range(nq + nk, nq + nk + nv)));
   }
   return MultiheadAttention(std::move(q), std::move(k), std::move(v), std::move(o), heads);
 }

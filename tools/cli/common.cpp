@@ -33,9 +33,9 @@ std::set<std::string> with(std::set<std::string> a, const std::set<std::string>&
 }
 
 extern const std::string_view kVariantHelp = R"(variants (each composes with the others and with every mask):
-  grouped-query attention        K and V with fewer heads than Q (H = g H_kv): --random
-                                 B,H,NQ,NKV,DK,DV,HKV, or .npy K/V files with H_kv heads; query
-                                 head h reads K/V head h / g
+  grouped-query attention        K and V with fewer heads than Q (H = g H_kv); query head h
+                                 reads K/V head h / g. attend: --random B,H,NQ,NKV,DK,DV,HKV
+                                 or .npy K/V files with H_kv heads; layer: --kv-heads HKV
   --softcap C                    logit soft-capping: s -> C tanh(s / C) after scaling, before
                                  ALiBi and the mask (Gemma 2)
   --sinks SINKS.npy              one sink logit per query head ([H], float; -inf: none) that

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 #include "attn/layers.hpp"
 #include "studies/studies.hpp"
@@ -72,16 +73,29 @@ int run(const Args& args) {
     throw Error("--mlp-dim and --activation go with --layer block");
   if (args.flag("--decode") && args.has("--kv")) throw Error("--decode is self-attention: drop --kv");
 
+  Options variants;
+  variant_options(args, variants, heads, x.shape(0));
+  core.kv_splits = std::exchange(variants.kv_splits, 0);  // the core's, not the layer's
+  const std::size_t kv_heads = args.count("--kv-heads", heads);
+  if (kv_heads == 0 || heads % kv_heads != 0)
+    throw Error("--kv-heads " + std::to_string(kv_heads) + " must divide the " + std::to_string(heads) + " query heads");
+  if (args.has("--kv-heads") && args.has("--weights"))
+    throw Error("--kv-heads goes with random weights (--weights gives K/V heads by its k_proj_weight's rows)");
+
   std::optional<MultiheadAttention> mha;
   std::optional<PreNormBlock> block;
   if (kind == "mha") {
     mha = args.has("--weights") ? load_state_dict(args.str("--weights"), heads)
-                                : MultiheadAttention(E, heads, kv.shape(2), kv.shape(2), false, seed + 1);
+                                : MultiheadAttention(E, heads, kv.shape(2), kv.shape(2), false, seed + 1, kv_heads);
+    mha->set_variants(variants);
   } else {
     const std::string act = args.str("--activation", "gelu");
     if (act != "relu" && act != "gelu") throw Error("--activation must be relu or gelu, got '" + act + "'");
-    block.emplace(E, heads, args.count("--mlp-dim", 4 * E), act == "relu" ? Activation::relu : Activation::gelu, seed + 1);
+    block.emplace(E, heads, args.count("--mlp-dim", 4 * E), act == "relu" ? Activation::relu : Activation::gelu,
+                  seed + 1, kv_heads);
+    block->attention.set_variants(variants);
   }
+  const MultiheadAttention& attention = mha ? *mha : block->attention;
   auto call = [&] {
     return mha ? mha->forward(x, kv, kv, core, mask, false, false, rope).out : (*block)(x, core, mask, rope);
   };
@@ -120,14 +134,18 @@ int run(const Args& args) {
                 {"kv_length", kv.shape(1)},
                 {"embed_dim", E},
                 {"heads", heads},
+                {"kv_heads", attention.kv_heads()},
+                {"variants", variants_name(attention.variants())},
+                {"kv_splits", core.kv_splits},
                 {"seconds", first},
                 {"warm_seconds_median", warm_median},
                 {"decode_max_abs_diff", decode_err},
                 {"kv_cache_bytes", cache_bytes}});
   } else {
-    std::printf("%s on %s %s (accumulate %s): B=%zu L=%zu S=%zu E=%zu H=%zu\n", kind.c_str(), core.backend.c_str(),
-                core.precision.c_str(), std::string(accumulate_name(core.accumulate)).c_str(), x.shape(0), x.shape(1),
-                kv.shape(1), E, heads);
+    std::printf("%s on %s %s (accumulate %s): B=%zu L=%zu S=%zu E=%zu H=%zu H_kv=%zu%s%s\n", kind.c_str(),
+                core.backend.c_str(), core.precision.c_str(), std::string(accumulate_name(core.accumulate)).c_str(),
+                x.shape(0), x.shape(1), kv.shape(1), E, heads, attention.kv_heads(),
+                variants_name(attention.variants()).empty() ? "" : ", ", variants_name(attention.variants()).c_str());
     std::printf("  time %.6f s (first call)", first);
     if (!warm.empty()) std::printf(", warm median %.6f s of %zu", warm_median, warm.size());
     std::printf("\n");
@@ -146,12 +164,15 @@ extern const Command layer_command = {
     "                             batch first) or the pre-norm transformer block, on any backend\n",
     R"(attn-lab layer: a layer on top of any backend.
   --random B,L,E,H          random input [B, L, E] and random weights, E divisible by H (seed --seed)
+  --kv-heads HKV            grouped-query (HKV < H) or multi-query (HKV = 1) attention: K and V
+                            projected to HKV heads (random weights; default H)
   --x X.npy --heads H       the input [B, L, E] (or [L, E]) from a file
   --kv KV.npy               cross-attention: keys and values from this sequence [B, S, kdim]
                             (default: self-attention, keys and values from the input)
   --weights DIR             PyTorch state_dict tensors as .npy files in DIR: in_proj_weight.npy
                             [3E, E] or q_proj_weight.npy, k_proj_weight.npy, v_proj_weight.npy;
                             out_proj.weight.npy; optional in_proj_bias.npy, out_proj.bias.npy
+                            (grouped-query: k/v_proj_weight with HKV x d rows)
                             (default: random, std 1/sqrt(fan_in), no biases)
   --layer mha|block         multi-head attention (default) or the pre-norm block
                             (LayerNorm, attention, residual, LayerNorm, MLP, residual; random weights)
@@ -174,10 +195,12 @@ examples:
   attn-lab layer --x x.npy --heads 8 --weights torch_mha/ --backend math --out o.npy
   attn-lab layer --x x.npy --kv memory.npy --heads 4 --weights torch_cross/ --precision fp16 --json
   attn-lab layer --random 1,128,256,8 --layer block --rope half --repeat 5 --json
+  attn-lab layer --random 1,96,256,8 --kv-heads 2 --softcap 30 --alibi --causal --decode --precision bf16
 )",
-    {"--random", "--seed", "--x", "--heads", "--kv", "--weights", "--layer", "--mlp-dim", "--activation", "--rope",
-     "--rope-base", "--backend", "--precision", "--accumulate", "--threads", "--repeat", "--out"},
-    {"--sinusoidal", "--causal", "--decode", "--json", "--force"},
+    with({"--random", "--seed", "--x", "--heads", "--kv", "--weights", "--layer", "--mlp-dim", "--activation", "--rope",
+          "--rope-base", "--backend", "--precision", "--accumulate", "--threads", "--repeat", "--out", "--kv-heads"},
+         kVariantValued),
+    with({"--sinusoidal", "--causal", "--decode", "--json", "--force"}, kVariantFlags),
     run};
 
 }  // namespace attn::cli
