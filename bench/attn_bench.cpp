@@ -29,6 +29,7 @@
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -44,6 +45,7 @@
 #include "attn/simd.hpp"
 #include "attn/verify.hpp"
 #include "common/json.hpp"
+#include "studies/studies.hpp"
 
 namespace attn::bench {
 namespace {
@@ -447,6 +449,8 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   };
   one_call();  // warm: workspace and outputs touched
   double wall = 0;
+  std::vector<double> per_call;  // each call's time: the median and spread counters
+  per_call.reserve(1024);
   for (auto _ : state) {
     if (cold) {
       state.PauseTiming();
@@ -457,7 +461,8 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     const auto t0 = std::chrono::steady_clock::now();
     one_call();
     benchmark::ClobberMemory();
-    wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    per_call.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    wall += per_call.back();
   }
   if (pass == Pass::forward && !call.out_finite()) return state.SkipWithError("NaN or Inf in the output after timing");
   if (pass != Pass::forward) {
@@ -471,6 +476,13 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
                             : pass == Pass::backward ? backward_flops(shape, pt.causal)
                                                      : flops(shape, pt.causal) + backward_flops(shape, pt.causal);
   state.counters["seconds_per_call"] = wall / calls;
+  // The median call and the 10th and 90th percentiles (nearest rank) of the
+  // calls: the spread a shared machine's noise puts on one benchmark.
+  std::sort(per_call.begin(), per_call.end());
+  auto rank = [&](double q) { return per_call[std::min(per_call.size() - 1, std::size_t(q * double(per_call.size())))]; };
+  state.counters["seconds_median"] = median(per_call);
+  state.counters["seconds_p10"] = rank(0.1);
+  state.counters["seconds_p90"] = rank(0.9);
   state.counters["FLOP/s"] = pass_flops * calls / wall;
   state.counters["qkvo_bytes/s"] = double(tensor_bytes(shape, p)) * calls / wall;
   // K and V read once (a decode step's floor of memory traffic)

@@ -164,6 +164,44 @@ class ReportTest(unittest.TestCase):
         self.assertIn("**INSTRUMENT ERROR** (attn-lab peak): sgemm n = 2048", text)
         self.assertTrue(any(r.startswith("INSTRUMENT ERROR (attn-lab peak)") for r in readings))
 
+    def test_variants_costs_and_decode_bandwidth(self):
+        # attn_var: soft-cap's median call 1.5x plain's, GQA 0.25x MHA's, soft-cap's error above its bound;
+        # attn_decode: 1 GB of K/V in 0.1 s = 10 GB/s against a read peak of 20 (50%), and 40 GB/s at a
+        # short cache (above the DRAM peak: said so, never a bare "200%").
+        with open(os.path.join(self.data, "bench.json")) as f:
+            bench = json.load(f)
+        var = "attn_var/streaming/fp32/causal:1/threads:1/n:4096/d:128"
+        for tail, t, err in (("/h:8/h_kv:8/variant:plain", 0.02, 1e-7), ("/h:8/h_kv:8/variant:softcap", 0.03, 9e-6),
+                             ("/h:32/h_kv:32/variant:mha", 0.08, 1e-7), ("/h:32/h_kv:8/variant:gqa", 0.02, 1e-7)):
+            bench["benchmarks"].append({"name": var + tail, "seconds_per_call": t, "seconds_median": t,
+                                        "seconds_p10": 0.9 * t, "seconds_p90": 1.2 * t, "FLOP/s": 1e9,
+                                        "peak_heap_bytes": 1, "workspace_model_bytes": 1, "max_abs_error": err,
+                                        "error_bound": 1e-6})
+        for n_kv, t in ((131072, 0.1), (1024, 0.1 / 128 / 4)):
+            bench["benchmarks"].append({"name": f"attn_decode/streaming/bf16/threads:1/n_kv:{n_kv}/d:128/h:32/h_kv:8",
+                                        "seconds_per_call": t, "seconds_median": t, "seconds_p10": t,
+                                        "seconds_p90": t, "FLOP/s": 1e9, "peak_heap_bytes": 1,
+                                        "workspace_model_bytes": 1, "kv_bytes/s": n_kv / 131072 * 1e9 / t})
+        with open(os.path.join(self.data, "bench.json"), "w") as f:
+            json.dump(bench, f)
+        with open(os.path.join(self.data, "peak.json")) as f:
+            peak = json.load(f)
+        peak.update(read_gbs_core=20.0, read_gbs_all=30.0)
+        with open(os.path.join(self.data, "peak.json"), "w") as f:
+            json.dump(peak, f)
+        final, readings = report.make_report(self.data, self.out, "test", stamp="variants")
+        with open(os.path.join(final, "variants.md")) as f:
+            text = f.read()
+        self.assertIn("| streaming | fp32 | 4096 | 128 | softcap | 30 (27 to 36) | 1.50 | 9e-06 | 1e-06 |", text)
+        self.assertIn("| streaming | fp32 | 4096 | 128 | gqa | 20 (18 to 24) | 0.25 |", text)
+        self.assertIn("1 of 4 variant benchmarks exceed their bound: streaming fp32 softcap.", text)
+        self.assertIn("| streaming | bf16 | 1 | 131072 | 100 (100 to 100) | 10.00 | 50% |", text)
+        self.assertIn("| 40.00 | 200% (above the DRAM read peak: K/V cache-resident) |", text)
+        self.assertTrue(os.path.getsize(os.path.join(final, "decode_bandwidth.svg")) > 0)
+        self.assertIn("variants: largest time over plain per variant: softcap 1.50x", readings)
+        self.assertTrue(any("n_kv = 131072: best streaming bf16 1 thread(s) 10.00 GB/s of K/V = 50%" in r
+                            for r in readings))
+
     def test_broken_json_is_one_clear_error_and_no_run_folder(self):
         with open(os.path.join(self.data, "bench.json"), "w") as f:
             f.write('{"benchmarks": [')
