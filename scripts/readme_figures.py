@@ -205,7 +205,40 @@ def mutation(d):
             f"on its problem matrix" + (f"; survivors: {', '.join(surv)}." if surv else "; no survivor."))
 
 
-BLOCKS = {"runs": runs, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
+def variants(d):
+    """Each variant's cost over plain attention and GQA's over MHA (attn_var, the fused backend at its largest n),
+    and the decode step's K/V bandwidth against the run's read peak (attn_decode, its longest cache)."""
+    rows, peak, bench = d["rows"], d["peak"], d["bench"]
+    fused = report.backends_with(bench, own_threads=True, memory_independent_of_n=True)[0]
+    var = [r for r in rows if r["family"] == "attn_var" and r["backend"] == fused]
+    dec = [r for r in rows if r["family"] == "attn_decode" and r["backend"] == fused]
+    if not var or not dec:
+        raise SystemExit("readme_figures: the committed run has no attn_var or attn_decode rows of " + fused)
+    n = max(r["n"] for r in var)
+    med = lambda r: report.median_seconds(r)
+    lines = []
+    for prec in ("fp32", "bf16"):
+        at = {r["variant"]: r for r in var if r["precision"] == prec and r["n"] == n and r["d"] == max(
+            x["d"] for x in var if x["n"] == n)}
+        if "plain" not in at:
+            continue
+        parts = [f"{v} {med(at[v]) / med(at['plain']):.2f}x" for v in ("softcap", "sinks", "alibi", "documents") if v in at]
+        if "gqa" in at and "mha" in at:
+            parts.append(f"GQA (H_kv = 8) {med(at['gqa']) / med(at['mha']):.2f}x MHA's time at H = 32")
+        lines.append(f"- {fused} {prec}, causal, n = {n}, d = {at['plain']['d']}, H = 8, 1 thread: median time over "
+                     f"plain attention's ({1e3 * med(at['plain']):.1f} ms): " + ", ".join(parts) + ".")
+    n_kv = max(r["n_kv"] for r in dec)
+    for r in sorted((r for r in dec if r["n_kv"] == n_kv), key=lambda r: (r["precision"], r["threads"])):
+        bw = peak.get("read_gbs_core" if r["threads"] == 1 else "read_gbs_all")
+        gbs = r["kv_bytes/s"] * r["seconds_per_call"] / med(r) / 1e9
+        lines.append(f"- decode step, {fused} {r['precision']}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}, "
+                     f"n_kv = {n_kv}, H = 32, H_kv = 8, d = 128: {1e3 * med(r):.1f} ms median "
+                     f"({1e3 * r['seconds_p10']:.1f} to {1e3 * r['seconds_p90']:.1f}), K/V {gbs:.1f} GB/s"
+                     + (f" = {100 * gbs / bw:.0f}% of the measured read bandwidth ({bw:.1f} GB/s)" if bw else "") + ".")
+    return f"In the committed run ({machine(d)}):\n\n" + "\n".join(lines)
+
+
+BLOCKS = {"runs": runs, "variants": variants, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
           "mutation": mutation, "backward": backward}
 
 
