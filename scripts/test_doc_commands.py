@@ -20,9 +20,9 @@ Benchmark's "ERROR OCCURRED"). One is not run, for a stated reason:
 pointing into the scratch folder, so the committed reports/ are not touched,
 and, where the command names no profile, at `--profile smoke`: every step
 and the report, in about five minutes instead of the quick profile's twenty
-to forty (the measurement itself is what the committed run records; the
-report's code on quick-profile data is tested by test_report.py and
-readme_figures --check).
+to forty (the measurement itself is what the committed run records;
+report.py is tested on synthetic data by test_report.py, and
+readme_figures --check renders the committed quick run's figures).
 """
 import os
 import re
