@@ -199,10 +199,11 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
   const MaskView mask(opt, sh);
   const double scale = opt.resolved_scale(sh), inf = std::numeric_limits<double>::infinity();
   const std::size_t block = std::min<std::size_t>(256, sh.n_q), n_kv = sh.n_kv, d = sh.d_k, d_v = sh.d_v;
-  std::vector<double> sink_mass(sh.heads, 0.0), sink_terms(sh.heads, 0.0), sink_w(block);
+  std::vector<double> sink_mass(sh.heads, 0.0), sink_terms(sh.heads, 0.0), sink_cancel(sh.heads, 0.0), sink_w(block);
   std::vector<double> s(block * n_kv), dp(block * n_kv), c(block * n_kv), o(block * d_v), abs_q(block * d),
       abs_k(n_kv * d), cq(block * d), ck(n_kv * d), cols(n_kv), mags(block * n_kv), a(block * n_kv), ak(n_kv * d),
-      abs_do(block * d_v), pv(n_kv * d_v), cap_slope(opt.softcap ? block * n_kv : 0);
+      abs_do(block * d_v), pv(n_kv * d_v), cap_slope(opt.softcap ? block * n_kv : 0), abs_v(n_kv * d_v),
+      dov(block * n_kv);
   std::vector<double> heads(opt.need_dbias ? sh.n_q * n_kv : 0), c_heads(heads.size()), a_heads(heads.size());
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
@@ -217,6 +218,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
       const double* v = &in.v(b, h / sh.group(), 0, 0);
       const double sink = mask.sink(h);
       for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]);
+      for (std::size_t x = 0; x < n_kv * d_v; ++x) abs_v[x] = std::fabs(v[x]);
       for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
         const std::size_t rows = std::min(block, sh.n_q - i0);
         const double* q = &in.q(b, h, i0, 0);
@@ -229,6 +231,9 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
                     int(d_v), 0.0, dp.data(), int(n_kv));
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), std::fabs(scale),
                     abs_q.data(), int(d), abs_k.data(), int(d), 0.0, mags.data(), int(n_kv));
+        if (opt.sinks)  // |dO| |V|^T: the magnitude of dP's terms
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d_v), 1.0, abs_do.data(),
+                      int(d_v), abs_v.data(), int(d_v), 0.0, dov.data(), int(n_kv));
         std::fill(c.begin(), c.end(), 0.0);
         std::fill(a.begin(), a.end(), 0.0);
         for (std::size_t r = 0; r < rows; ++r) {
@@ -273,6 +278,11 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           double d_i = 0, e_i = 0;
           for (std::size_t j = 0; j < n_kv; ++j) d_i += p[j] * dp[r * n_kv + j];
           sink_terms[h] += sink_w[r] * std::fabs(d_i);
+          if (opt.sinks) {  // D_i's terms, either way it is formed: sum_j P_ij |dP_ij|, and O_i's |dO_i| P|V|
+            double terms_d = 0;
+            for (std::size_t j = 0; j < n_kv; ++j) terms_d += p[j] * (std::fabs(dp[r * n_kv + j]) + dov[r * n_kv + j]);
+            sink_cancel[h] += sink_w[r] * terms_d;
+          }
           for (std::size_t l = 0; l < d_v; ++l) e_i += std::fabs(g_rows[r * d_v + l] * o[r * d_v + l]);
           for (std::size_t j = 0; j < n_kv; ++j) {
             c[r * n_kv + j] = p[j] * (std::fabs(dp[r * n_kv + j]) + std::fabs(d_i) + e_i);
@@ -280,7 +290,11 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
             if (!c_heads.empty()) c_heads[(i0 + r) * n_kv + j] += c[r * n_kv + j];
             if (!a_heads.empty()) a_heads[(i0 + r) * n_kv + j] += a[r * n_kv + j];
             if (opt.softcap) {  // d(bias) takes dS, dQ and dK take dS' = dS f
-              c[r * n_kv + j] *= cap_slope[r * n_kv + j];
+              // f = 1 - t^2 errs absolutely: t by tanh's ulps and the division (relative, twice
+              // in t^2), t^2's and the subtraction's roundings, even where f itself is tiny (a
+              // saturated cap: math's fp64 dK at c = 0.5, logits x 100 failed without it)
+              c[r * n_kv + j] = c[r * n_kv + j] * cap_slope[r * n_kv + j] +
+                                (2 * (softcap_tanh_ulps + 2) + 1) * a[r * n_kv + j];
               a[r * n_kv + j] *= cap_slope[r * n_kv + j];
             }
           }
@@ -308,6 +322,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
     }
   for (double x : sink_mass) g.sink_mass = std::max(g.sink_mass, x);
   for (double x : sink_terms) g.scales.terms_dsinks = std::max(g.scales.terms_dsinks, x);
+  for (double x : sink_cancel) g.scales.dsinks = std::max(g.scales.dsinks, x);
   for (double x : heads) g.head_sum = std::max(g.head_sum, x);
   for (double x : c_heads) g.scales.dbias = std::max(g.scales.dbias, x);
   for (double x : a_heads) g.scales.terms_dbias = std::max(g.scales.terms_dbias, x);

@@ -142,6 +142,10 @@ struct GradientScales {
   // moves it by; max|gradient| can be far smaller where the terms cancel).
   double terms_dq = 0, terms_dk = 0, terms_dv = 0, terms_dbias = 0;
   double terms_dsinks = 0;  // max_h sum over batch and rows of exp(sink_h - lse_i) |D_i|
+  // max_h sum over batch and rows of exp(sink_h - lse_i) sum_j P_ij (|dP_ij| + |dO_i|.|v_j|):
+  // one rounding of each term of D_i, formed as sum_j P_ij dP_ij or as dO_i . O_i
+  // (whose O_i errs by u P|V|); D_i can cancel far below them
+  double dsinks = 0;
   // max_i sum_j P_ij (|scale| |q_i|.|k_j| + |b_ij|): the score magnitude the
   // weights see (a score's rounding error is u times its magnitude, and
   // moves the gradients in proportion to its weight)

@@ -210,8 +210,12 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
     own_baseline = baseline_backend().run_backward(f.precision, f.accumulate, f.rounded_inputs, r.rounded_d_out, opt);
     baseline = &own_baseline;
   }
-  // A backend that rebuilds P from its saved logsumexp rounds that too.
-  const double s = f.traits.weights_from_lse ? c.bound.scales.score_lse : c.bound.scales.score;
+  // One rounding of each score in each of the two runs, each run with its
+  // own: a backend that rebuilds P from its saved logsumexp rounds that too.
+  const auto scores_of = [&](const BackendTraits& t) {
+    return t.weights_from_lse ? c.bound.scales.score_lse : c.bound.scales.score;
+  };
+  const double s_both = scores_of(f.traits) + scores_of(baseline ? baseline->forward.traits : f.traits);
   auto part = [&](std::string_view name, const auto& got, const auto& truth, double worst, double probable,
                   double truth_error, double cancellation, double terms, const auto* base) {
     GradientCheck::Part p;
@@ -220,7 +224,8 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
     p.tolerance = worst + truth_error;
     p.informative = worst < max_abs(truth);
     const double floor =
-        2 * (f.u_acc * (1 + s) + f.u_store) * max_abs(truth) + 2 * f.u_acc * (terms + cancellation) + 2 * f.eta_store;
+        (f.u_acc * (2 + s_both) + 2 * f.u_store) * max_abs(truth) + 2 * f.u_acc * (terms + cancellation) +
+        2 * f.eta_store;
     double rule = INFINITY;
     if (base) {
       p.baseline_error = compare(*base, truth, f.u_store).max_abs;
@@ -243,7 +248,7 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   else if (opt.need_dbias)
     c.within = c.tight_within = false;  // asked for and not returned
   if (r.grads.dsinks && t.grads.dsinks)
-    part("dsinks", *r.grads.dsinks, *t.grads.dsinks, c.bound.dsinks, c.probable.dsinks, t.dsinks_error, 0.0,
+    part("dsinks", *r.grads.dsinks, *t.grads.dsinks, c.bound.dsinks, c.probable.dsinks, t.dsinks_error, g.dsinks,
          g.terms_dsinks, b && b->dsinks ? &*b->dsinks : nullptr);
   else if (opt.sinks)
     c.within = c.tight_within = false;  // sinks given and their gradient not returned
