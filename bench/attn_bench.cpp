@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "attn/alloc_counter.hpp"
+#include "attn/plugin.hpp"
 #include "attn/random.hpp"
 #include "attn/simd.hpp"
 #include "attn/verify.hpp"
@@ -346,6 +347,8 @@ Shape verified_shape(const Point& pt) {
 void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
   const Accumulate acc = p.default_accumulate;
   const Options opt = options_of(pt);
+  if (const std::string why = b.unsupported_reason(p, acc, pt.shape, opt); !why.empty())
+    return void(prep.skip = "not supported: " + why);
   prep.model = b.workspace_bytes(p, acc, pt.shape, opt);
   const std::size_t need = prep.model + 2 * tensor_bytes(pt.shape, p);
   if (need > memory_cap) return void(prep.skip = cap_message(need, memory_cap));
@@ -547,6 +550,7 @@ int main(int argc, char** argv) {
   using namespace attn::bench;
   // Our flags, removed before Google Benchmark reads the rest.
   std::string profile_name = "quick";
+  std::vector<std::string> plugins;  // --plugin PATH, repeatable: kernels of plugin libraries as backends
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -556,10 +560,13 @@ int main(int argc, char** argv) {
       return nullptr;
     };
     if (const char* v = value("--profile")) profile_name = v;
+    else if (const char* v = value("--plugin")) plugins.emplace_back(v);
     else if (const char* v = value("--memory-cap")) ::setenv("ATTN_MEMORY_CAP", v, 1);
     else if (a == "--help") {
       std::printf(
-          "attn-bench [--profile smoke|quick|full] [--memory-cap BYTES] [Google Benchmark flags]\n"
+          "attn-bench [--profile smoke|quick|full] [--memory-cap BYTES] [--plugin PATH ...] [Google Benchmark flags]\n"
+          "  --plugin PATH: the kernels of a plugin library (include/attn/plugin.h) join every family their\n"
+          "         traits fit; a point a kernel does not support is reported as an error 'not supported: ...'.\n"
           "  quick: fp32 at n = 1024, 4096 and d = 64, 128 (causal too at d = 64), fp32 at n = 256,\n"
           "         512, 2048 (d = 64) and d = 32, 256 (n = 1024) for the scaling report, other\n"
           "         precisions at n = 1024, d = 64, threads:2 for math/blocked/streaming at n = 4096, d = 64,\n"
@@ -581,6 +588,7 @@ int main(int argc, char** argv) {
   }
   try {
     memory_cap = attn::workspace_cap();
+    for (const std::string& path : plugins) attn::load_plugin(path);
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "attn-bench: %s\n", e.what());
     return 2;

@@ -21,6 +21,13 @@ struct Run {
   ErrorBound bound;  // the derived bound for this run (metrics.hpp)
 };
 
+// The run's logsumexp; a backend that returns none (a plugin without the
+// capability) cannot be checked by a property that needs it: not supported.
+const xt::xtensor<double, 3>& lse_of(const Run& run) {
+  if (!run.r.lse) throw Unsupported("the property needs the logsumexp, which this backend does not return");
+  return *run.r.lse;
+}
+
 Run run_case(const BackendInfo& b, const Case& c, std::string_view precision, bool weights,
              const Options* override_opt = nullptr, const Inputs<double>* override_in = nullptr) {
   Run run;
@@ -49,8 +56,11 @@ Run run_case(const BackendInfo& b, const Case& c, std::string_view precision, bo
   }
   run.opt = override_opt ? *override_opt : c.options();
   run.opt.need_weights = weights;
-  run.opt.need_lse = true;
+  run.opt.need_lse = true;  // unless the backend cannot return it (a plugin's; lse_of() then says so)
+  run.opt = b.without_unreturnable_outputs(p, c.policy, in.shape(), run.opt);
+  run.opt.need_weights = weights;
   run.r = b.run(precision, c.policy, in, run.opt, {}, 0);
+  ++backend_runs();
   run.in = run.r.rounded_inputs;
   run.bound = error_bound(run.in, run.opt, run.r.u_acc, run.r.u_store);
   run.ok = true;
@@ -62,7 +72,16 @@ template <class F>
 void for_each_precision(const BackendInfo& b, const Case& c, bool weights, F&& f) {
   for (const PrecisionInfo& p : precisions()) {
     const std::string_view precision = p.name;
-    Run run = run_case(b, c, precision, weights);
+    if (!only_precision().empty() && only_precision() != precision) continue;
+    Run run;
+    try {
+      run = run_case(b, c, precision, weights);
+    } catch (const Unsupported& e) {  // a plugin's: the other precisions still run
+      RC_LOG() << b.name << " " << precision << ": " << e.what() << "\n";
+      last_refusal() = e.what();
+      ++backend_refusals();
+      continue;
+    }
     if (!run.ok) continue;
     RC_LOG() << b.name << " " << precision << " accumulate " << accumulate_name(c.policy) << "\n";
     f(run);
@@ -70,7 +89,7 @@ void for_each_precision(const BackendInfo& b, const Case& c, bool weights, F&& f
 }
 
 bool row_fully_masked(const Run& run, std::size_t bi, std::size_t i) {
-  return (*run.r.lse).data()[bi * run.in.shape().n_q + i] == -inf;
+  return lse_of(run).data()[bi * run.in.shape().n_q + i] == -inf;
 }
 
 // Whether query i of batch bb may attend to key j under the run's mask (and documents).
@@ -79,7 +98,7 @@ bool visible(const MaskView& mask, std::size_t bb, std::size_t i, std::size_t j)
 // The sink's weight exp(sink_h - lse_i) of row i of head h (0 without a sink).
 double sink_weight(const Run& run, std::size_t bb, std::size_t h, std::size_t i) {
   if (!run.opt.sinks) return 0.0;
-  const double lse = (*run.r.lse)(bb, h, i);
+  const double lse = lse_of(run)(bb, h, i);
   return std::isfinite(lse) ? std::exp((*run.opt.sinks)(h) - lse) : 0.0;
 }
 
@@ -123,6 +142,26 @@ const std::vector<Property>& properties() { return registered(); }
 std::map<std::string, std::map<std::string, int>>& case_tally() {
   static std::map<std::string, std::map<std::string, int>> t;
   return t;
+}
+std::map<std::string, std::map<std::string, int>>& unsupported_tally() {
+  static std::map<std::string, std::map<std::string, int>> t;
+  return t;
+}
+int& backend_runs() {
+  static int n = 0;
+  return n;
+}
+int& backend_refusals() {
+  static int n = 0;
+  return n;
+}
+std::string& only_precision() {
+  static std::string p;
+  return p;
+}
+std::string& last_refusal() {
+  static std::string why;
+  return why;
 }
 
 // Rows of the weights sum to 1 within the derived bound; weights in [0, 1];
@@ -193,7 +232,7 @@ ATTN_PROPERTY(masked_weights_are_zero_and_masked_inputs_irrelevant, "masked weig
 // score in each run (FlashAttention's test rule; verify.hpp).
 ATTN_PROPERTY(agrees_with_reference, "agrees with reference (bound, 2x naive)", 1.5e5, b, c) {
   const BackendInfo& naive = baseline_backend();
-  for_each_precision(b, c, true, [&](const Run& run) {
+  for_each_precision(b, c, !b.traits.plugin, [&](const Run& run) {  // (a plugin returns no weights)
     const GroundTruth truth = ground_truth(run.in, run.opt, run.r.u_store);
     const Run base = run_case(naive, c, run.precision, false, &run.opt, &run.in);
     const Check check = verify(run.r, run.opt, truth, &base.r);
@@ -360,7 +399,7 @@ ATTN_PROPERTY(score_variance_scales_with_dk, "score variance d_k and 1", 1e6, b,
     const double sd = std::sqrt((2.0 * d * d + 6.0 * d) / double(samples)) * scale * scale;
     const double e = run.bound.score;
     const double rounding = 2 * e * std::sqrt(expected) + e * e;
-    RC_ASSERT(std::fabs(sample_variance(*run.r.lse) - expected) <= 6 * sd + rounding);
+    RC_ASSERT(std::fabs(sample_variance(lse_of(run)) - expected) <= 6 * sd + rounding);
   }
 }
 
@@ -373,7 +412,7 @@ ATTN_PROPERTY(finite_for_finite_inputs, "finite for finite inputs", 2e6, b, c) {
     const Shape sh = run.in.shape();
     for (std::size_t bh = 0; bh < sh.batch * sh.heads; ++bh)
       for (std::size_t i = 0; i < sh.n_q; ++i) {
-        const double l = (*run.r.lse).data()[bh * sh.n_q + i];
+        const double l = lse_of(run).data()[bh * sh.n_q + i];
         RC_ASSERT(std::isfinite(l) || l == -inf);
         if (l == -inf)
           for (std::size_t col = 0; col < sh.d_v; ++col) RC_ASSERT(run.r.out.data()[(bh * sh.n_q + i) * sh.d_v + col] == 0.0);
@@ -388,7 +427,7 @@ ATTN_PROPERTY(block_size_independent_and_deterministic, "block sizes, determinis
   for_each_precision(b, c, false, [&](const Run& run) {
     const Run again = run_case(b, c, run.precision, false, &run.opt, &run.in);
     RC_ASSERT(again.r.out == run.r.out);
-    RC_ASSERT(*again.r.lse == *run.r.lse);
+    RC_ASSERT(lse_of(again) == lse_of(run));
     Options single = run.opt;
     single.threads = 1;
     RC_ASSERT(run_case(b, c, run.precision, false, &single, &run.in).r.out == run.r.out);
@@ -406,7 +445,7 @@ ATTN_PROPERTY(result_shapes, "result shapes", 2e5, b, c) {
     const Shape s = c.shape;
     RC_ASSERT(run.r.out.shape() == (std::array<std::size_t, 4>{s.batch, s.heads, s.n_q, s.d_v}));
     RC_ASSERT(run.r.weights->shape() == (std::array<std::size_t, 4>{s.batch, s.heads, s.n_q, s.n_kv}));
-    RC_ASSERT(run.r.lse->shape() == (std::array<std::size_t, 3>{s.batch, s.heads, s.n_q}));
+    RC_ASSERT(lse_of(run).shape() == (std::array<std::size_t, 3>{s.batch, s.heads, s.n_q}));
   });
 }
 
@@ -442,7 +481,11 @@ BackwardRun run_backward_case(const BackendInfo& b, const Case& c, std::string_v
                               const Options* override_opt = nullptr, const Inputs<double>* override_in = nullptr,
                               const xt::xtensor<double, 4>* override_d_out = nullptr) {
   BackwardRun run;
-  if (!b.has_backward) return run;
+  if (!b.has_backward) {  // not supported, never passed
+    last_refusal() = "backend '" + b.name + "' has no backward pass";
+    ++backend_refusals();
+    return run;
+  }
   const Run fwd = run_case(b, c, precision, false, override_opt, override_in);
   if (!fwd.ok) return run;
   run.precision = precision;
@@ -465,6 +508,7 @@ BackwardRun run_backward_case(const BackendInfo& b, const Case& c, std::string_v
                                    rows * max_abs_of(run.d_out)});
   if (largest > p.max_finite / 4 || largest > accumulation_max_finite(p, c.policy) / 8) return run;
   run.r = b.run_backward(precision, c.policy, run.in, run.d_out, run.opt);
+  ++backend_runs();
   run.ok = true;
   return run;
 }
@@ -478,8 +522,13 @@ bool sees_a_key(const MaskView& mask, std::size_t bb, std::size_t i, std::size_t
 // f(run) for every storage precision the case fits (none for a backend without a backward pass).
 template <class F>
 void for_each_backward(const BackendInfo& b, const Case& c, F&& f) {
-  if (!b.has_backward) return;
+  if (!b.has_backward) {  // (a plugin's): not supported, never passed
+    last_refusal() = "backend '" + b.name + "' has no backward pass";
+    ++backend_refusals();
+    return;
+  }
   for (const PrecisionInfo& p : precisions()) {
+    if (!only_precision().empty() && only_precision() != p.name) continue;
     BackwardRun run = run_backward_case(b, c, p.name);
     if (!run.ok) continue;
     RC_LOG() << b.name << " backward " << p.name << " accumulate " << accumulate_name(c.policy) << "\n";
@@ -561,7 +610,11 @@ ATTN_PROPERTY(gradient_sums, "sum dK = 0, sum dV = sum dO, d(bias) rows sum 0", 
 // within the three runs' probabilistic bounds. G1, G2 are multiples of 1/4
 // below 8 in magnitude, so 2 G1 + G2 is exact in every storage format.
 ATTN_PROPERTY(gradients_linear_in_d_out, "gradients linear in dO", 2e5, b, c) {
-  if (!b.has_backward) return;
+  if (!b.has_backward) {  // not supported, never passed
+    last_refusal() = "backend '" + b.name + "' has no backward pass";
+    ++backend_refusals();
+    return;
+  }
   auto quarters = [&](std::uint64_t seed) {
     auto g = random_d_out(c.shape, seed);
     for (double& x : g) x = std::clamp(std::round(4 * x) / 4, -7.75, 7.75);
@@ -733,7 +786,7 @@ ATTN_PROPERTY(grouped_equals_repeated, "GQA = MHA on repeated K/V (bitwise)", 5e
         break;
       }
     RC_ASSERT(multi.r.out == grouped.r.out);
-    RC_ASSERT(*multi.r.lse == *grouped.r.lse);
+    RC_ASSERT(lse_of(multi) == lse_of(grouped));
   });
 }
 
@@ -755,7 +808,7 @@ ATTN_PROPERTY(softcap_bounds_the_scores, "soft-cap: |s| <= c, c = 1e30 is plain"
         for (std::size_t i = 0; i < sh.n_q; ++i) {
           std::size_t seen = 0;
           for (std::size_t j = 0; j < sh.n_kv; ++j) seen += visible(mask, bb, i, j);
-          const double lse = (*run.r.lse)(bb, h, i);
+          const double lse = lse_of(run)(bb, h, i);
           if (seen == 0) {
             RC_ASSERT(lse == -inf);
             continue;
@@ -782,7 +835,7 @@ ATTN_PROPERTY(sink_minus_inf_is_plain, "sink -inf = no sink (bitwise)", 5e5, b, 
     const Run s = run_case(b, c, run.precision, false, &minus_inf, &run.in);
     RC_ASSERT(p.ok && s.ok);
     RC_ASSERT(s.r.out == p.r.out);
-    RC_ASSERT(*s.r.lse == *p.r.lse);
+    RC_ASSERT(lse_of(s) == lse_of(p));
   });
 }
 
@@ -888,11 +941,11 @@ ATTN_PROPERTY(split_kv_merge, "split-KV = unsplit (bound), any threads (bitwise)
       const Run s3 = run_case(b, c, run.precision, false, &split, &run.in);
       RC_ASSERT(s1.ok && s3.ok);
       RC_ASSERT(s1.r.out == s3.r.out);
-      RC_ASSERT(*s1.r.lse == *s3.r.lse);
+      RC_ASSERT(lse_of(s1) == lse_of(s3));
       const double e = compare(s1.r.out, whole.r.out, run.r.u_store).max_abs;
       RC_LOG() << splits << " splits: max |split - whole| " << e << " (tolerance " << 2 * whole.bound.out << ")\n";
       RC_ASSERT(e <= 2 * whole.bound.out);
-      RC_ASSERT(compare(*s1.r.lse, *whole.r.lse, run.r.u_acc).max_abs <= 2 * whole.bound.lse);
+      RC_ASSERT(compare(lse_of(s1), lse_of(whole), run.r.u_acc).max_abs <= 2 * whole.bound.lse);
     }
   });
 }

@@ -49,5 +49,19 @@ void permutation_equivariant(const BackendInfo& b, const Case& c);
 
 // How many cases each (property, backend) pair passed, for the report table.
 std::map<std::string, std::map<std::string, int>>& case_tally();
+// How many cases a backend could not run at all (a plugin's capabilities:
+// every run the property needed threw Unsupported); never counted as passed.
+std::map<std::string, std::map<std::string, int>>& unsupported_tally();
+// Since the last reset: runs of the backend under test that completed
+// (run_case counts them) and runs it refused as not supported
+// (for_each_precision counts them); a case with refusals and no run was not
+// supported.
+int& backend_runs();
+int& backend_refusals();
+// When not empty, the one storage precision the properties run (attn-lab
+// verify checks a plugin one configuration at a time); empty: every one.
+std::string& only_precision();
+// Why the last run a backend refused was refused (Unsupported's message).
+std::string& last_refusal();
 
 }  // namespace attn::props

@@ -2,7 +2,7 @@
 # fresh Debian 12 machine, then configures and builds (incrementally).
 set -euo pipefail
 
-ATTN_PACKAGES=(meson ninja-build pkg-config cmake g++ ccache
+ATTN_PACKAGES=(meson ninja-build pkg-config cmake gcc g++ ccache
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
   librapidcheck-dev libgtest-dev libbenchmark-dev libboost-dev python3-matplotlib
   clang libclang-rt-14-dev python3-numpy python3-markdown chromium chromium-driver python3-selenium

@@ -5,8 +5,11 @@
 
 Commands come from
   - README.md: every line of an indented code block that starts with
-    `build/` or `scripts/`, after any VAR=value assignments (set in its
-    environment) and /usr/bin/python3 (a trailing backslash continues the line);
+    `build/`, `scripts/` or `cc` (a plugin's build line: its source paths
+    point into SOURCE_ROOT, and a later command naming the library it
+    builds, --plugin ./libmine.so, gets it built in its folder), after any VAR=value assignments (set in its
+    environment; a value starting with build/ points into BUILD, as such
+    arguments do) and /usr/bin/python3 (a trailing backslash continues the line);
   - `attn-lab --help` and `attn-lab COMMAND --help` for every command it
     lists, `attn-bench --help` and `scripts/run --help`: the indented lines
     under an "examples:" heading.
@@ -41,6 +44,8 @@ PROGRAMS = {
     "attn-bench": [os.path.join(BUILD, "bench", "attn-bench")],
     "scripts/run": [os.path.join(SRC, "scripts", "run")],
     "scripts/torch_bench.py": ["/usr/bin/python3", os.path.join(SRC, "scripts", "torch_bench.py")],
+    "props": [os.path.join(BUILD, "proptests", "props")],
+    "cc": ["cc"],  # a plugin's build line: source paths point into SOURCE_ROOT
 }
 INTERPRETERS = {"/usr/bin/python3"}
 ENV_WORD = re.compile(r"^[A-Z_][A-Z0-9_]*=")
@@ -51,6 +56,8 @@ SEED = 20261130
 
 def program_of(word):
     """The program a command's first word names, or None."""
+    if word == "cc":
+        return "cc"
     for name in list(PROGRAMS) + list(NOT_RUN):
         if word == name or word.endswith("/" + name) and word.startswith("build/"):
             return name
@@ -71,12 +78,20 @@ def split_command(words):
     return env, (program_of(words[0]) if words else None), words[1:]
 
 
+def words_of(line):
+    """A line's words as the shell splits them (quotes kept together); plain split if it cannot."""
+    try:
+        return shlex.split(line)
+    except ValueError:
+        return line.split()
+
+
 def readme_commands():
     lines = open(os.path.join(SRC, "README.md")).read().splitlines()
     commands, i = [], 0
     while i < len(lines):
         line = lines[i]
-        if line.startswith("    ") and not line.startswith("     ") and split_command(line.split())[1]:
+        if line.startswith("    ") and not line.startswith("     ") and split_command(words_of(line))[1]:
             text = line.strip()
             while text.endswith("\\") and i + 1 < len(lines):
                 i += 1
@@ -138,11 +153,23 @@ def option(args, name, default=None):
     return default
 
 
+def source_paths(args):
+    """A cc line's arguments with the repository's paths (include, plugins/...) in SOURCE_ROOT."""
+    return [os.path.join(SRC, a) if a == "include" or a.startswith("plugins/") else a for a in args]
+
+
 def write_inputs(args, work, rng):
     """Writes the input files `args` (after the program) names, with shapes the command implies."""
     if not args:
         return
     command = args[0]
+    # A plugin library the README builds with cc (-o NAME): built here by that very line.
+    plugin = option(args, "--plugin")
+    if plugin and not plugin.startswith("build/"):
+        name = os.path.basename(plugin)
+        line = next((t for _, t in readme_commands() if t.startswith("cc ") and f"-o {name}" in t), None)
+        if line:
+            subprocess.run(["cc"] + source_paths(shlex.split(line)[1:]), cwd=work, check=True)
     if command == "attend":
         # the variants' files: one value per query head, one document id per key
         H, NKV = 2, 16  # the file inputs below
@@ -194,6 +221,9 @@ def run_command(origin, text, failures):
         write_inputs(args, work, np.random.default_rng(SEED))
         # Arguments naming the build's programs (build/bench/attn-bench) point into BUILD.
         args = [os.path.join(BUILD, a[len("build/"):]) if a.startswith("build/") else a for a in args]
+        if name == "cc":
+            args = source_paths(args)
+        env = {k: os.path.join(BUILD, v[len("build/"):]) if v.startswith("build/") else v for k, v in env.items()}
         if name == "scripts/run":
             args = args + ["--out", os.path.join(work, "reports")]
             if "--profile" not in args:

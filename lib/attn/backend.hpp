@@ -62,6 +62,7 @@ struct BackendTraits {
   bool own_threads = false;       // runs Options::threads workers of its own
   bool uses_blas = false;         // GEMMs through OpenBLAS, which takes the thread count
   bool memory_independent_of_n = false;  // workspace O(tiles), not O(n_q n_kv)
+  bool plugin = false;            // loaded from a shared library (plugin.hpp): forward only, no weights
 };
 
 // A backend is a type with a name, a one-line description, its traits, and

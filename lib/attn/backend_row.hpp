@@ -36,6 +36,21 @@ void with_accumulate(Accumulate a, F&& f) {
   }
 }
 
+// A row's prepare(): `in` rounded to the storage type S of `p` and
+// validated, then make(std::type_identity<S>{}, Inputs<S>&&) binds the call.
+template <class Make>
+std::unique_ptr<PreparedCall> prepare_rounded(const PrecisionInfo& p, const Inputs<double>& in, const Options& opt,
+                                              Make&& make) {
+  std::unique_ptr<PreparedCall> call;
+  with_storage(p, [&](auto st) {
+    using S = typename decltype(st)::type;
+    Inputs<S> rounded = convert_inputs<S>(in);
+    validate(rounded, opt);
+    call = make(st, std::move(rounded));
+  });
+  return call;
+}
+
 template <AttentionBackend B, class S, Accumulate P>
 class TypedCall final : public PreparedCall {
  public:
@@ -111,16 +126,13 @@ BackendInfo row_of() {
   row.name = std::string(B::name);
   row.description = std::string(B::description);
   row.traits = B::traits;
-  row.prepare = [](const PrecisionInfo& p, Accumulate a, const Inputs<double>& in,
-                   const Options& opt) -> std::unique_ptr<PreparedCall> {
-    std::unique_ptr<PreparedCall> call;
-    with_storage(p, [&](auto st) {
+  row.prepare = [](const PrecisionInfo& p, Accumulate a, const Inputs<double>& in, const Options& opt) {
+    return prepare_rounded(p, in, opt, [&](auto st, auto&& rounded) {
       using S = typename decltype(st)::type;
-      Inputs<S> rounded = convert_inputs<S>(in);
-      validate(rounded, opt);
+      std::unique_ptr<PreparedCall> call;
       with_accumulate(a, [&]<Accumulate P>() { call = std::make_unique<TypedCall<B, S, P>>(std::move(rounded), opt); });
+      return call;
     });
-    return call;
   };
   row.workspace_bytes = [](const PrecisionInfo& p, Accumulate a, const Shape& s, const Options& opt) {
     std::size_t bytes = 0;

@@ -11,4 +11,11 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A combination a backend does not claim to support (a plugin's
+// capabilities, attn/plugin.hpp): every table reports it as "not supported",
+// never as passed or failed.
+struct Unsupported : Error {
+  using Error::Error;
+};
+
 }  // namespace attn

@@ -116,6 +116,16 @@ Inputs<double> rounded_to(const PrecisionInfo& p, const Inputs<double>& in) {
   return out;
 }
 
+Options BackendInfo::without_unreturnable_outputs(const PrecisionInfo& p, Accumulate a, const Shape& s,
+                                                  Options opt) const {
+  for (bool Options::*need : {&Options::need_weights, &Options::need_lse}) {
+    Options without = opt;
+    without.*need = false;
+    if (opt.*need && unsupported_reason(p, a, s, opt) != unsupported_reason(p, a, s, without)) opt.*need = false;
+  }
+  return opt;
+}
+
 double BackendInfo::unit_roundoff(const PrecisionInfo& p, Accumulate a) const {
   return traits.exact ? 0x1p-166 : accumulation_unit_roundoff(p, a);
 }

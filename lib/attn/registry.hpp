@@ -123,6 +123,21 @@ struct BackendInfo {
   bool has_backward = false;
   std::function<std::size_t(const PrecisionInfo&, Accumulate, const Shape&, const Options&)> backward_workspace_bytes;
 
+  // Why it cannot run a combination, "" when it can: a plugin runs what its
+  // capabilities claim (plugin.hpp); a built-in row (no function) runs every
+  // one. prepare() and run() throw Unsupported with this reason.
+  std::function<std::string(const PrecisionInfo&, Accumulate, const Shape&, const Options&)> unsupported;
+  std::string unsupported_reason(const PrecisionInfo& p, Accumulate a, const Shape& s, const Options& opt) const {
+    return unsupported ? unsupported(p, a, s, opt) : std::string();
+  }
+  // `opt` without the optional outputs (need_weights, need_lse) whose request
+  // alone makes the combination unsupported: what a caller that would like
+  // them, but can do without, asks for (a plugin returns no weights, and
+  // the logsumexp only if it claims it).
+  Options without_unreturnable_outputs(const PrecisionInfo& p, Accumulate a, const Shape& s, Options opt) const;
+  // "built-in", or the path of the plugin library it was loaded from.
+  std::string source = "built-in";
+
   // The unit roundoff this backend computes in for storage `p` and policy `a`.
   double unit_roundoff(const PrecisionInfo& p, Accumulate a) const;
   // Rounds, validates, runs once cold (observed and timed), then

@@ -103,6 +103,13 @@ int run(const Args& args) {
   const BackendInfo& backend = args.has("--backend") ? backend_info(args.str("--backend")) : baseline_backend();
   const PrecisionInfo& precision = precision_info(args.str("--precision", "fp32"));
   const Accumulate acc = accumulate_option(args, precision);
+  // --check compares the weights and the logsumexp too where the backend returns them (a
+  // plugin may return neither); asked for by name (--weights, --lse), they are required.
+  if (check) {
+    const Options returnable = backend.without_unreturnable_outputs(precision, acc, shape, opt);
+    if (!args.has("--weights")) opt.need_weights = returnable.need_weights;
+    if (!args.has("--lse")) opt.need_lse = returnable.need_lse;
+  }
   std::size_t peak = 0;
   heap::Watch watch;
   const RunReport r = backend.run(precision.name, acc, loaded.in, opt,
@@ -195,8 +202,11 @@ int run(const Args& args) {
     std::printf("%s %s (accumulate %s), %s, mask %s%s%s\n", backend.name.c_str(), std::string(precision.name).c_str(),
                 std::string(accumulate_name(acc)).c_str(), to_string(shape).c_str(), mask_name(opt.mask).c_str(),
                 variants_name(opt).empty() ? "" : ", ", variants_name(opt).c_str());
-    std::printf("  time %.6f s (cold call), peak heap %zu bytes, workspace %zu bytes\n", r.seconds, peak,
-                r.workspace_bytes);
+    if (backend.traits.plugin)  // its memory is its own (malloc, not the counted operator new)
+      std::printf("  time %.6f s (cold call), memory not measured (a plugin allocates on its own)\n", r.seconds);
+    else
+      std::printf("  time %.6f s (cold call), peak heap %zu bytes, workspace %zu bytes\n", r.seconds, peak,
+                  r.workspace_bytes);
     if (!r.warm_seconds.empty()) std::printf("  warm calls: median %.6f s of %zu\n", warm_median, r.warm_seconds.size());
     if (r.weights)
       std::printf(opt.sinks ? "  max |row sum - (1 - the sink's weight)| %.3g\n" : "  max |row sum - 1| %.3g\n", row_sum);

@@ -35,8 +35,16 @@ int run(const Args& args) {
         const Accumulate acc = precision.default_accumulate;
         std::size_t peak = 0;
         heap::Watch watch;
-        const RunReport r = backend.run(precision.name, acc, p.in, p.opt,
-                                        {[&] { watch = heap::Watch{}; }, [&] { peak = watch.peak_growth(); }});
+        RunReport r;
+        try {
+          r = backend.run(precision.name, acc, p.in, p.opt,
+                          {[&] { watch = heap::Watch{}; }, [&] { peak = watch.peak_growth(); }});
+        } catch (const Unsupported&) {
+          std::printf("%-10s %-6s %-6s %12s %12s %12s %12s  %s\n", backend.name.c_str(),
+                      std::string(precision.name).c_str(), std::string(accumulate_name(acc)).c_str(), "-", "-",
+                      "-", "-", (p.name + "  not supported").c_str());
+          continue;
+        }
         const Check c = verify(r, p.opt);
         all_within = all_within && c.within && c.tight_within;
         std::printf("%-10s %-6s %-6s %12.6f %12zu %12.3g %12.3g  %s%s\n", backend.name.c_str(),
@@ -59,7 +67,8 @@ extern const Command demo_command = {
 cross-attention problem (seed S, default 0) through every backend in every precision at its
 default accumulation: seconds, measured peak heap, max |O - truth| and the tight tolerance
 (probabilistic bound and 2x the baseline, see attend --help); exit 1 if any error exceeds it
-or the worst-case bound.
+or the worst-case bound. A plugin's row for a combination it does not claim (--plugin, see
+attn-lab list) says "not supported".
 
 examples:
   attn-lab demo

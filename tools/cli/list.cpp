@@ -14,7 +14,8 @@ int run(const Args& args) {
       j["backends"].push_back({{"name", b.name},
                                {"description", b.description},
                                {"traits", to_json(b.traits)},
-                               {"backward", b.has_backward}});
+                               {"backward", b.has_backward},
+                               {"source", b.source}});
     for (const PrecisionInfo& p : precisions())
       j["precisions"].push_back({{"name", p.name},
                                  {"unit_roundoff", p.unit_roundoff},
@@ -43,7 +44,8 @@ int run(const Args& args) {
     for (auto [on, word] : {std::pair{t.exact, "exact"}, {t.baseline, "baseline"},
                             {t.weights_from_lse, "weights-from-lse"}, {t.tiled, "tiled"},
                             {t.own_threads, "own-threads"}, {t.uses_blas, "blas"},
-                            {t.memory_independent_of_n, "memory-independent-of-n"}, {b.has_backward, "backward"}})
+                            {t.memory_independent_of_n, "memory-independent-of-n"}, {b.has_backward, "backward"},
+                            {t.plugin, "plugin"}})
       if (on) traits += (traits.empty() ? "" : ", ") + std::string(word);
     std::printf("  %-10s %s\n  %-10s [%s]\n", b.name.c_str(), b.description.c_str(), "", traits.c_str());
   }
@@ -69,7 +71,8 @@ extern const Command list_command = {
     "  attn-lab list [--json]     the registered backends (with their traits), precisions and\n"
     "                             accumulation policies, the BLAS build and the vector kernels\n",
     R"(attn-lab list [--json]: the registry.
-  --json    one line of JSON: backends (name, description, traits, backward: whether it has a backward pass), precisions (name, unit
+  --json    one line of JSON: backends (name, description, traits, backward: whether it has a
+            backward pass, source: built-in or the plugin library's path), precisions (name, unit
             roundoff, largest finite value, default accumulation, bytes), accumulations, BLAS,
             simd (the vector kernel variant in use and every compiled one: instruction set,
             whether this CPU runs it, micro-kernel block, streaming tiles)
@@ -79,6 +82,7 @@ widest this CPU executes, or the one ATTN_SIMD names (baseline, avx2, avx512).
 examples:
   attn-lab list
   attn-lab list --json
+  attn-lab list --plugin build/plugins/libattn_example.so
 )",
     {},
     {"--json"},

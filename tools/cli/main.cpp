@@ -4,6 +4,7 @@
 #include <iostream>
 #include <new>
 
+#include "attn/plugin.hpp"
 #include "attn/simd.hpp"
 #include "cli/command.hpp"
 
@@ -21,11 +22,30 @@ void print_help() {
                "computed by any registered backend, in any precision.\n\ncommands:\n";
   for (const Command& c : commands()) std::cout << c.summary;
   std::cout << "  attn-lab --help, attn-lab COMMAND --help\n\n"
+               "Any command takes --plugin PATH (repeatable): the kernels of a plugin library\n"
+               "(include/attn/plugin.h) become backends beside the built-in ones.\n\n"
                "Files are written atomically (a temporary file renamed into place); an existing file is\n"
                "kept unless --force is given. Bad input prints one line to stderr and exits 2.\n\n"
                "examples:\n"
                "  attn-lab list\n"
                "  attn-lab attend --help\n";
+}
+
+// --plugin PATH (repeatable, any command): loads the library's kernels as
+// backends before the command runs, and leaves the command's own options.
+std::vector<std::string> take_plugins(std::vector<std::string> argv) {
+  std::vector<std::string> rest;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i] == "--plugin") {
+      if (i + 1 >= argv.size()) throw Error("--plugin needs the path of a plugin library");
+      load_plugin(argv[++i]);
+    } else if (argv[i].rfind("--plugin=", 0) == 0) {
+      load_plugin(argv[i].substr(9));
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  return rest;
 }
 
 int dispatch(int argc, char** argv) {
@@ -38,7 +58,9 @@ int dispatch(int argc, char** argv) {
     if (c.name != name) continue;
     std::set<std::string> flags = c.flags;
     flags.insert("--help");
-    const Args args(std::vector<std::string>(argv + 2, argv + argc), c.valued, flags);
+    // verify takes --plugin itself: it never loads the untrusted library in this process
+    std::vector<std::string> rest(argv + 2, argv + argc);
+    const Args args(name == "verify" ? rest : take_plugins(rest), c.valued, flags);
     if (args.flag("--help")) {
       // commands that take the variants' options list them before their examples
       std::string help(c.help);

@@ -24,7 +24,8 @@ inline Json to_json(const BackendTraits& t) {
           {"tiled", t.tiled},
           {"own_threads", t.own_threads},
           {"uses_blas", t.uses_blas},
-          {"memory_independent_of_n", t.memory_independent_of_n}};
+          {"memory_independent_of_n", t.memory_independent_of_n},
+          {"plugin", t.plugin}};
 }
 
 }  // namespace attn

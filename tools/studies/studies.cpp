@@ -69,6 +69,15 @@ Json point(std::string_view backend, std::string_view precision, std::string_vie
   return j;
 }
 
+// A combination a backend does not support (a plugin's capabilities): listed
+// as such in json["not_supported"], never as a point that passed or failed.
+void not_supported(Json& json, std::string_view backend, std::string_view precision, std::string_view accumulate,
+                   const AccuracyProblem& pr, std::string_view reason) {
+  Json j = problem_fields(backend, precision, accumulate, pr);
+  j["reason"] = reason;
+  json["not_supported"].push_back(std::move(j));
+}
+
 // One JSON point per gradient (dq, dk, dv) of one backend's backward pass:
 // its error against the truth, the worst-case bound, the tight tolerance and
 // the baseline's error, as verify_backward() decided them.
@@ -104,7 +113,8 @@ void gradient_points(Json& out, std::string_view backend, std::string_view preci
 
 Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress& progress) {
   const auto start = std::chrono::steady_clock::now();
-  Json json = {{"kind", "accuracy"}, {"points", Json::array()}, {"gradient_points", Json::array()}};
+  Json json = {{"kind", "accuracy"}, {"points", Json::array()}, {"gradient_points", Json::array()},
+               {"not_supported", Json::array()}};
   for (std::size_t p = 0; p < problems.size(); ++p) {
     const AccuracyProblem& pr = problems[p];
     const Shape shape{1, 1, pr.n, pr.n, pr.d, pr.d};
@@ -125,7 +135,13 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
         const RunReport base = baseline_backend().run(precision.name, acc, in, opt, {}, 0);
         for (const BackendInfo& b : all_backends()) {
           if (b.traits.exact) continue;  // the truth itself
-          const RunReport r = b.traits.baseline ? base : b.run(precision.name, acc, in, opt, {}, 0);
+          RunReport r;
+          try {
+            r = b.traits.baseline ? base : b.run(precision.name, acc, in, opt, {}, 0);
+          } catch (const Unsupported& e) {
+            not_supported(json, b.name, precision.name, accumulate_name(acc), pr, e.what());
+            continue;
+          }
           json["points"].push_back(point(b.name, precision.name, accumulate_name(acc), pr, r.out,
                                          verify(r, opt, truth, &base), truth.result.out, r.u_store, r.u_acc));
         }
@@ -161,7 +177,13 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
       const RunReport base = quantised_run(baseline_backend());
       for (const BackendInfo& b : all_backends()) {
         if (b.traits.exact) continue;
-        const RunReport r = b.traits.baseline ? base : quantised_run(b);
+        RunReport r;
+        try {
+          r = b.traits.baseline ? base : quantised_run(b);
+        } catch (const Unsupported& e) {
+          not_supported(json, b.name, f.name, "fp32", pr, e.what());
+          continue;
+        }
         json["points"].push_back(point(b.name, f.name, "fp32", pr, r.out, verify(r, opt, truth, &base),
                                        truth.result.out, f.unit_roundoff(), r.u_acc));
       }

@@ -1,0 +1,66 @@
+// attn-lab verify: the verdict on a plugin's kernels (verify/plugin_verify.hpp).
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/command.hpp"
+#include "verify/plugin_verify.hpp"
+
+namespace attn::cli {
+namespace {
+
+std::string self_path() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw Error("cannot find this executable (/proc/self/exe) to run the verification's workers");
+  return std::string(buf, std::size_t(n));
+}
+
+int run(const Args& args) {
+  if (!args.has("--plugin")) throw Error("verify needs --plugin PATH (the library to verify)");
+  plugin_verify::Settings s;
+  s.plugin = std::filesystem::absolute(args.str("--plugin")).string();
+  s.profile = args.str("--profile", "smoke");
+  s.out = args.str("--out", "verdict");
+  s.self = self_path();
+  if (args.has("--worker"))  // a child of the command below, never run by hand
+    return plugin_verify::worker(s, args.str("--worker"), args.str("--kernel"), args.count("--from", 0));
+  if (!std::filesystem::exists(s.plugin)) throw Error("plugin '" + args.str("--plugin") + "': no such file");
+  if (!args.flag("--force") && std::filesystem::exists(std::filesystem::path(s.out) / "verdict.json"))
+    throw Error("--out " + s.out + " holds a verdict already; pass --force to replace it");
+  return plugin_verify::verify(s);
+}
+
+}  // namespace
+
+extern const Command verify_command = {
+    "verify",
+    "  attn-lab verify --plugin PATH [--profile smoke|quick|full] [--out DIR]\n"
+    "                             the verdict on a plugin's kernels: every property in every\n"
+    "                             configuration they claim, then a benchmark beside ours\n",
+    R"(attn-lab verify --plugin PATH [--profile smoke|quick|full] [--out DIR] [--force]: the
+verdict on the kernels of a plugin library (include/attn/plugin.h). For every configuration a
+kernel claims (storage precision x accumulation) every property of the suite runs under
+RapidCheck (10, 30 or 100 cases per property: smoke, quick, full; fixed seed, printed), its
+cases restricted to the masks and variants the kernel claims: agreement with the 50-digit
+reference within the derived bound and 2x the naive backend's error, the metamorphic
+properties (shift, permutation, GQA = repeated K/V, ALiBi = explicit bias, documents =
+separate runs, sinks), determinism and thread-count independence, fully masked rows, large
+and near-overflow logits. A failure is shrunk to its smallest case, saved as .npy files with
+the one `attn-lab attend` command that replays it. Then a short benchmark beside the
+built-in backends (same shapes, precision, one thread). The plugin runs only in child
+processes: a crash or a hang (no progress for 10 minutes) is that kernel's failure, reported
+with the case it ran, and verification goes on. Writes DIR/verdict.md and DIR/verdict.json
+(default DIR: verdict); exit 0 when every claimed cell passes, 1 when one fails, 2 when the
+plugin cannot be used.
+
+examples:
+  attn-lab verify --plugin build/plugins/libattn_example.so --profile smoke --out verdict
+)",
+    {"--plugin", "--profile", "--out", "--worker", "--kernel", "--from"},
+    {"--force"},
+    run};
+
+}  // namespace attn::cli
