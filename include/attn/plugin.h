@@ -54,13 +54,16 @@ typedef enum attn_dtype { ATTN_F64 = 0, ATTN_F32 = 1, ATTN_BF16 = 2, ATTN_F16 = 
 /* The arithmetic the caller asks for: fp64, fp32, or the storage type itself. */
 typedef enum attn_accumulate { ATTN_ACC_FP64 = 0, ATTN_ACC_FP32 = 1, ATTN_ACC_STORAGE = 2 } attn_accumulate;
 
+/* The bit of an accumulation in attn_plugin.accumulate_by_dtype. */
+#define ATTN_ACC_BIT(a) (1u << (a))
+
 /* Capability flags (attn_plugin.capabilities). */
 /* storage types */
 #define ATTN_CAP_F64 (1ull << 0)
 #define ATTN_CAP_F32 (1ull << 1)
 #define ATTN_CAP_BF16 (1ull << 2)
 #define ATTN_CAP_F16 (1ull << 3)
-/* accumulation policies (each for every storage type claimed) */
+/* accumulation policies: for every storage type claimed, unless accumulate_by_dtype says otherwise */
 #define ATTN_CAP_ACC_FP64 (1ull << 4)
 #define ATTN_CAP_ACC_FP32 (1ull << 5)
 #define ATTN_CAP_ACC_STORAGE (1ull << 6)
@@ -129,6 +132,10 @@ typedef struct attn_plugin {
    * doubles, contiguous, or NULL when not asked for. */
   attn_status (*run)(const attn_tensor* q, const attn_tensor* k, const attn_tensor* v, const attn_options* options,
                      attn_tensor* o, double* lse, char* error, size_t error_size);
+  /* Optional (all 0: the ATTN_CAP_ACC_* flags hold for every storage type): per storage type
+   * (indexed by attn_dtype), the ATTN_ACC_BIT()s of the accumulations it runs that type with,
+   * e.g. a kernel that computes fp32 storage in fp32 and fp64 in fp64 only. */
+  uint8_t accumulate_by_dtype[4];
 } attn_plugin;
 
 /* The one symbol a plugin library exports. */

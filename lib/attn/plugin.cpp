@@ -67,7 +67,15 @@ std::string missing_capability(const attn_plugin& k, const PrecisionInfo& p, Acc
     if (!(caps & bit)) missing.push_back(what);
   };
   need(storage_flag(p.name), std::string(p.name) + " storage");
-  need(accumulate_flag(a), std::string(accumulate_name(a)) + " accumulation");
+  const std::uint8_t* by_dtype = k.accumulate_by_dtype;
+  if (by_dtype[0] | by_dtype[1] | by_dtype[2] | by_dtype[3]) {
+    const int d = p.name == "fp64" ? ATTN_F64 : p.name == "fp32" ? ATTN_F32 : p.name == "bf16" ? ATTN_BF16 : ATTN_F16;
+    const int bit = a == Accumulate::fp64 ? ATTN_ACC_FP64 : a == Accumulate::fp32 ? ATTN_ACC_FP32 : ATTN_ACC_STORAGE;
+    if (!(by_dtype[d] & ATTN_ACC_BIT(bit)))
+      missing.push_back(std::string(accumulate_name(a)) + " accumulation of " + std::string(p.name) + " storage");
+  } else {
+    need(accumulate_flag(a), std::string(accumulate_name(a)) + " accumulation");
+  }
   std::visit(
       [&](const auto& m) {
         using M = std::decay_t<decltype(m)>;
@@ -90,7 +98,7 @@ std::string missing_capability(const attn_plugin& k, const PrecisionInfo& p, Acc
   std::string why = "backend '" + std::string(k.name) + "' does not support ";
   for (std::size_t i = 0; i < missing.size(); ++i)
     why += (i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ") + missing[i];
-  return why + " (it claims: " + plugin_capability_names(caps) + ")";
+  return why + " (it claims: " + plugin_capability_names(k) + ")";
 }
 
 // A contiguous [a, b, c, d] tensor as the ABI's strided view.
@@ -193,8 +201,7 @@ class PluginCall final : public PreparedCall {
 BackendInfo row_of_plugin(const attn_plugin& k, const std::string& path) {
   BackendInfo row;
   row.name = k.name;
-  row.description = std::string(k.description) + " [plugin " + path + "; claims " +
-                    plugin_capability_names(k.capabilities) + "]";
+  row.description = std::string(k.description) + " [plugin " + path + "; claims " + plugin_capability_names(k) + "]";
   row.source = path;
   row.traits.own_threads = (k.capabilities & ATTN_CAP_THREADS) != 0;
   row.traits.plugin = true;
@@ -229,6 +236,19 @@ std::map<std::string, std::vector<std::string>>& loaded() {  // canonical path -
 }
 
 }  // namespace
+
+std::string plugin_capability_names(const attn_plugin& k) {
+  std::string s = plugin_capability_names(static_cast<unsigned long long>(k.capabilities));
+  const char* dtypes[4] = {"fp64", "fp32", "bf16", "fp16"};
+  const char* accs[3] = {"fp64", "fp32", "storage"};
+  for (int d = 0; d < 4; ++d)
+    if (k.accumulate_by_dtype[d]) {
+      s += std::string(" ") + dtypes[d] + "@";
+      for (int a = 0, n = 0; a < 3; ++a)
+        if (k.accumulate_by_dtype[d] & ATTN_ACC_BIT(a)) s += (n++ ? "," : "") + std::string(accs[a]);
+    }
+  return s;
+}
 
 std::string plugin_capability_names(unsigned long long capabilities) {
   std::string s;

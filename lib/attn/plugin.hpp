@@ -29,5 +29,10 @@ std::vector<std::string> load_plugins_from_env();
 // The capability flags of include/attn/plugin.h as words, e.g.
 // "fp64 fp32 acc:fp64 causal window ... lse" (attn-lab list).
 std::string plugin_capability_names(unsigned long long capabilities);
+}  // namespace attn
+struct attn_plugin;
+namespace attn {
+// The same for a kernel, with its per-storage accumulations ("fp32@fp32").
+std::string plugin_capability_names(const attn_plugin& kernel);
 
 }  // namespace attn

@@ -100,6 +100,7 @@ static const attn_plugin kPlugin = {
         ATTN_CAP_BOOLEAN | ATTN_CAP_BIAS | ATTN_CAP_GQA | ATTN_CAP_SOFTCAP | ATTN_CAP_SINKS | ATTN_CAP_ALIBI |
         ATTN_CAP_SEGMENTS | ATTN_CAP_LSE,
     run,
+    {0, 0, 0, 0}, /* accumulate_by_dtype: the ACC flags hold for every storage type */
 };
 
 const attn_plugin* attn_plugin_get(uint32_t index) { return index == 0 ? &kPlugin : NULL; }

@@ -60,6 +60,7 @@ static const attn_plugin kPlugin = {
     "a broken plugin of the tests (plugins/testing/bad.c)",
     ATTN_CAP_F64 | ATTN_CAP_ACC_FP64 | ATTN_CAP_LSE,
     run,
+    {0, 0, 0, 0}, /* accumulate_by_dtype: the ACC flags hold for every storage type */
 };
 
 const attn_plugin* attn_plugin_get(uint32_t index) { return index == 0 ? &kPlugin : NULL; }
