@@ -189,8 +189,9 @@ const std::vector<Series>& series() {
              pts.push_back({{1, 1, 64, n_kv, prof.d_other, prof.d_other}, false, 1, true});
          return pts;
        }},
-      {"attn_cold", "one cold call: the workspace allocated and first touched inside the timing", true,
-       [](const BackendTraits&) { return true; },
+      {"attn_cold", "one cold call: the workspace allocated and first touched inside the timing (not plugins: their "
+       "memory is their own)", true,
+       [](const BackendTraits& t) { return !t.plugin; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          const std::size_t n = std::min<std::size_t>(prof.n.back(), 4096);
          return everywhere(prof, p) ? std::vector<Point>{{square(n, prof.d_other)}} : std::vector<Point>{};
@@ -245,8 +246,8 @@ const std::vector<Series>& series() {
       {"attn_var",
        "the variants at var_n, var_d, causal, B = 1: softcap, sinks, alibi, documents and plain at H = 8, gqa (H_kv = 8) "
        "and mha at H = 32; fp32, the fused backend (own threads) also bf16; every other backend but the baseline and "
-       "the exact one at n = 1024, d = 64",
-       false, [](const BackendTraits& t) { return !t.baseline && !t.exact; },
+       "the exact one at n = 1024, d = 64 (not plugins: the variants are this suite's kernels' study)",
+       false, [](const BackendTraits& t) { return !t.baseline && !t.exact && !t.plugin; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
          std::vector<Point> pts;
          if (!prof.var_n || !(is_fp32(p) || (t.own_threads && p.name == "bf16"))) return pts;
@@ -264,8 +265,8 @@ const std::vector<Series>& series() {
        }},
       {"attn_decode",
        "decode steps: n_q = 1 over decode_n_kv keys, H = 32, H_kv = 8, d = 128; the fused backend in fp32, bf16 and "
-       "fp16 on 1 and 2 threads, every other backend but the baseline and the exact one in fp32 on 1",
-       false, [](const BackendTraits& t) { return !t.baseline && !t.exact; },
+       "fp16 on 1 and 2 threads, every other backend but the baseline, the exact one and plugins in fp32 on 1",
+       false, [](const BackendTraits& t) { return !t.baseline && !t.exact && !t.plugin; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
          std::vector<Point> pts;
          if (p.name == "fp64" || (!is_fp32(p) && !t.own_threads)) return pts;
@@ -309,6 +310,7 @@ struct Prepared {
   std::size_t model = 0, peak = 0;
   double err = 0, bound = 0, worst_bound = 0;
   bool exact_ref = false;
+  Accumulate acc = Accumulate::fp32;  // the policy it ran (a plugin's own where it lacks the default)
 };
 
 // One slot: the runs of a benchmark are consecutive, so only the current one is kept.
@@ -345,10 +347,16 @@ Shape verified_shape(const Point& pt) {
 
 // The forward benchmark's preparation: one cold call watched and verified at the benchmark's own shape.
 void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
-  const Accumulate acc = p.default_accumulate;
+  Accumulate acc = p.default_accumulate;
   const Options opt = options_of(pt);
+  // A plugin that runs this storage with another accumulation only (torch: bf16 in bf16) runs that
+  // (its label says so); one that runs it with none is reported as not supported.
+  for (Accumulate other : accumulate_policies())
+    if (!b.unsupported_reason(p, acc, pt.shape, opt).empty() && b.unsupported_reason(p, other, pt.shape, opt).empty())
+      acc = other;
   if (const std::string why = b.unsupported_reason(p, acc, pt.shape, opt); !why.empty())
     return void(prep.skip = "not supported: " + why);
+  prep.acc = acc;
   prep.model = b.workspace_bytes(p, acc, pt.shape, opt);
   const std::size_t need = prep.model + 2 * tensor_bytes(pt.shape, p);
   if (need > memory_cap) return void(prep.skip = cap_message(need, memory_cap));
@@ -419,6 +427,7 @@ const Prepared& prepare(const std::string& key, const BackendInfo& b, const Prec
   if (slot_key == key) return *slot;
   slot.reset();  // the previous benchmark's tensors go first
   auto prep = std::make_unique<Prepared>();
+  prep->acc = p.default_accumulate;
   set_blas_threads(pt.threads);
   if (pass == Pass::forward) prepare_forward(*prep, b, p, pt);
   else prepare_backward(*prep, b, p, pt);
@@ -506,6 +515,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   state.counters["error_bound_worst_case"] = prep.worst_bound;
   state.counters["error_ref_digits"] = prep.exact_ref ? 50 : 16;
   state.counters["blas_threads"] = pt.threads;
+  if (prep.acc != p.default_accumulate) state.SetLabel("accumulate " + std::string(accumulate_name(prep.acc)));
 }
 
 std::string name_of(std::string_view family, std::string_view backend, std::string_view precision, const Point& pt) {

@@ -28,6 +28,8 @@ import html_page  # noqa: E402
 INPUTS = ["peak.json", "bench.json", "accuracy.json", "entropy.json", "claims.json", "build.json", "torch.json"]
 # Optional inputs of index.html (scripts/html_page.py collect writes them).
 PAGE_INPUTS = ["heatmaps.json", "explorer.json"]
+# Optional inputs of the reports: attn-lab verify's verdicts (a list), when scripts/run verified plugins.
+OPTIONAL_INPUTS = ["verdicts.json"]
 BENCH_NAME_KEYS = ("family", "backend", "precision", "causal", "threads")
 
 
@@ -864,6 +866,72 @@ def variants_report(rows, peak, folder):
     return "\n".join(lines) + "\n", readings
 
 
+def plugins_report(rows, bench, acc, verdicts, folder):
+    """Kernels loaded from plugin libraries (trait `plugin`): attn-lab verify's verdict per property x
+    configuration, their speed beside the fused backend on the same benchmarks of this run, their accuracy."""
+    plugins = backends_with(bench, plugin=True)
+    lines = ["# Plugins: kernels written elsewhere", ""]
+    readings = []
+    if not plugins and not verdicts:
+        lines += ["No plugin was loaded in this run (`scripts/run --plugin PATH`; the PyTorch plugin joins "
+                  "when libtorch-dev is installed)."]
+        return "\n".join(lines) + "\n", readings
+    for v in verdicts or []:
+        lines += [f"## attn-lab verify --plugin {v['plugin']} --profile {v['profile']}: {v['verdict']}", "",
+                  f"RapidCheck seed {v['seed']}, {3 * v['cases_per_cell']} generated cases per property and "
+                  "configuration (a cell counts those that applied to the property and the kernel's claims).", ""]
+        for k in v["kernels"]:
+            configs = sorted({c["config"] for c in k["cells"]})
+            names = list(dict.fromkeys(c["property_name"] for c in k["cells"] if "property_name" in c))
+            lines += [f"### {k['name']}", "", k["description"], "",
+                      "| property | " + " | ".join(configs) + " |", "|---|" + "---|" * len(configs)]
+            for name in names:
+                cell = {c["config"]: c for c in k["cells"] if c.get("property_name") == name}
+                lines.append(f"| {name} | " + " | ".join(
+                    (f"pass ({cell[c]['cases']})" if cell[c]["status"] == "pass" else cell[c]["status"])
+                    if c in cell else "" for c in configs) + " |")
+            failed = [c for c in k["cells"] if c["status"] not in ("pass", "not supported")]
+            lines.append("")
+            for c in failed:
+                ce = c.get("counterexample", {})
+                lines.append(f"- {c['status']}: {c.get('property_name', c['property'])}, {c['config']}: smallest case "
+                             f"`{ce.get('case', c.get('case', '?'))}`")
+            readings.append(f"verify {k['name']}: {sum(c['status'] == 'pass' for c in k['cells'])} cells pass, "
+                            f"{len(failed)} fail, {sum(c['status'] == 'not supported' for c in k['cells'])} not supported")
+            lines.append("")
+    fused = backends_with(bench, own_threads=True, memory_independent_of_n=True)
+    h8 = [r for r in rows if r["family"] == "attn_h8" and r["precision"] == "fp32"]
+    if plugins and fused and h8:
+        lines += ["## Speed beside the fused backend (attn_h8, fp32, this run)", "",
+                  "| plugin | d | causal | threads | plugin ms, median (p10 to p90) | " + fused[0] + " ms | " + fused[0] +
+                  " speed-up |", "|---|---:|---:|---:|---:|---:|---:|"]
+        ours = {(r["d"], r["causal"], r["threads"]): r for r in h8 if r["backend"] == fused[0]}
+        for r in sorted((r for r in h8 if r["backend"] in plugins), key=lambda r: (r["backend"], r["d"], r["causal"], r["threads"])):
+            o = ours.get((r["d"], r["causal"], r["threads"]))
+            if not o:
+                continue
+            ratio = median_seconds(r) / median_seconds(o)
+            lines.append(f"| {r['backend']} | {r['d']} | {r['causal']} | {r['threads']} | {spread_ms(r)} | "
+                         f"{spread_ms(o)} | {ratio:.2f}x |")
+            readings.append(f"{fused[0]} over {r['backend']} (attn_h8 fp32 n = {r['n']} d = {r['d']} causal {r['causal']} "
+                            f"threads {r['threads']}): {ratio:.2f}x")
+        lines.append("")
+    pts = [q for q in acc.get("points", []) if q["backend"] in plugins]
+    if pts:
+        lines += ["## Accuracy (attn-lab accuracy, this run)", "", "| plugin | precision | accumulate | points | within tight | "
+                  "largest error / tight tolerance |", "|---|---|---|---:|---:|---:|"]
+        groups = {}
+        for q in pts:
+            groups.setdefault((q["backend"], q["precision"], q["accumulate"]), []).append(q)
+        for (b, p, a), qs in sorted(groups.items()):
+            worst = max(q["max_abs"] / q["tight_tolerance"] if q["tight_tolerance"] > 0 else math.inf for q in qs)
+            lines.append(f"| {b} | {p} | {a} | {len(qs)} | {sum(bool(q['within_tight']) for q in qs)} | {worst:.3g} |")
+        ns = [q for q in acc.get("not_supported", []) if q["backend"] in plugins]
+        lines += ["", f"{len(ns)} (problem, precision, accumulation) combinations were not supported by the plugins "
+                      "(listed in data/accuracy.json, `not_supported`)."]
+    return "\n".join(lines) + "\n", readings
+
+
 class Report:
     """One report of a run: its file (NAME.md), its section of index.html and
     its line in index.md all follow from this entry; `make(data, folder)`
@@ -877,8 +945,9 @@ class Report:
 REPORTS = [
     Report("scaling", "time vs n and d_k, fitted exponents, roofline",
            lambda d, folder: scaling_report(bench_rows(d["bench.json"]), d["peak.json"], folder)),
-    Report("memory", "measured peak heap vs n against each backend's model, E6",
-           lambda d, folder: memory_report(bench_rows(d["bench.json"]), folder)),
+    Report("memory", "measured peak heap vs n against each backend's model, E6 (not plugins: their allocator is their own)",
+           lambda d, folder: memory_report([r for r in bench_rows(d["bench.json"])
+                                            if r["backend"] not in backends_with(d["bench.json"], plugin=True)], folder)),
     Report("performance", "roofline of every backend x precision, the performance targets, fraction of peak",
            lambda d, folder: performance_report(bench_rows(d["bench.json"]), d["peak.json"], d["bench.json"],
                                                 d["torch.json"], folder)),
@@ -889,6 +958,9 @@ REPORTS = [
     Report("entropy", "EXAMPLES.md E7", lambda d, folder: entropy_report(d["entropy.json"], folder)),
     Report("claims", "the claims ledger, each claim with its criterion and verdict",
            lambda d, folder: claims_report(d["claims.json"], folder)),
+    Report("plugins", "kernels from plugin libraries (PyTorch's among them): verify's verdicts, speed beside ours, accuracy",
+           lambda d, folder: plugins_report(bench_rows(d["bench.json"]), d["bench.json"], d["accuracy.json"],
+                                            d.get("verdicts.json"), folder)),
 ]
 
 
@@ -923,6 +995,7 @@ def index_report(peak, build, bench, command, stamp, readings):
 def make_report(data_dir, out_root, command, stamp=None):
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     data = {name: load(data_dir, name) for name in INPUTS}
+    data.update({n: load(data_dir, n) for n in OPTIONAL_INPUTS if os.path.exists(os.path.join(data_dir, n))})
     peak, bench, build = data["peak.json"], data["bench.json"], data["build.json"]
     require(peak, ["fp32_fma_gflops_core", "fp32_fma_gflops_all", "fp64_fma_gflops_core", "fp64_fma_gflops_all",
                    "sgemm_gflops_1024", "sgemm_gflops_2048", "dgemm_gflops_1024", "dgemm_gflops_2048",
@@ -952,7 +1025,7 @@ def make_report(data_dir, out_root, command, stamp=None):
         html_page.render(tmp, stamp, command, pages, bench, peak, extra.get("heatmaps.json"), extra.get("explorer.json"))
         for name in extra:
             shutil.copy(os.path.join(data_dir, name), os.path.join(tmp, "data", name))
-        for name in INPUTS:
+        for name in INPUTS + [n for n in OPTIONAL_INPUTS if n in data]:
             shutil.copy(os.path.join(data_dir, name), os.path.join(tmp, "data", name))
         os.rename(tmp, final)
     except BaseException:

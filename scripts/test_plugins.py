@@ -152,7 +152,8 @@ def main():
     p = subprocess.run([PROPS, "--gtest_filter=Properties.rows_sum*"], capture_output=True, text=True, env=env)
     record(p.returncode == 2 and "no such file" in p.stderr, f"props with a bad ATTN_PLUGINS: {p.returncode} {p.stderr}")
 
-    # attn-bench: its points measured, the ones it does not claim reported as not supported.
+    # attn-bench: its points measured (a storage it runs with another accumulation only, with that one and a
+    # label), the ones it does not claim at all reported as not supported.
     with tempfile.TemporaryDirectory() as work:
         out = os.path.join(work, "b.json")
         p = subprocess.run([ATTN_BENCH, "--profile", "smoke", "--plugin", EXAMPLE, "--benchmark_min_time=0",
@@ -162,8 +163,10 @@ def main():
         runs = json.load(open(out))["benchmarks"] if p.returncode == 0 else []
         timed = [r for r in runs if not r.get("error_occurred")]
         ns = [r for r in runs if r.get("error_occurred") and r["error_message"].startswith("not supported")]
-        record(timed and all(r["name"].split("/")[2] == "fp64" for r in timed),
-               f"attn-bench: example timed at fp64 only: {[r['name'] for r in timed]}")
+        # fp64 at its default accumulation; fp32 with the fp64 accumulation it claims, labelled so
+        record(timed and {r["name"].split("/")[2] for r in timed} == {"fp64", "fp32"} and
+               all(r.get("label", "") == ("accumulate fp64" if r["name"].split("/")[2] == "fp32" else "") for r in timed),
+               f"attn-bench: example timed at fp64 and fp32 (labelled): {[(r['name'], r.get('label')) for r in timed]}")
         record(ns and len(ns) + len(timed) == len(runs),
                f"attn-bench: the rest are 'not supported': {[(r['name'], r.get('error_message')) for r in runs]}")
     check_verify()

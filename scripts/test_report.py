@@ -202,6 +202,57 @@ class ReportTest(unittest.TestCase):
         self.assertTrue(any("n_kv = 131072: best streaming bf16 1 thread(s) 10.00 GB/s of K/V = 50%" in r
                             for r in readings))
 
+    def test_plugins_verdicts_speed_and_accuracy(self):
+        # A plugin row (trait plugin) at attn_h8 fp32 d = 64 taking 30 ms against streaming's 10 ms: 3.00x;
+        # its accuracy points (one within the tight tolerance, one at twice it); a verdict with one failed cell.
+        with open(os.path.join(self.data, "bench.json")) as f:
+            bench = json.load(f)
+        traits = json.loads(bench["context"]["backend_traits"])
+        traits["torch-math"] = {"exact": False, "baseline": False, "own_threads": True, "uses_blas": False,
+                                "memory_independent_of_n": False, "plugin": True}
+        bench["context"]["backend_traits"] = json.dumps(traits)
+        for b, t in (("streaming", 0.01), ("torch-math", 0.03)):
+            bench["benchmarks"].append({"name": f"attn_h8/{b}/fp32/causal:0/threads:1/n:4096/d:64",
+                                        "seconds_per_call": t, "seconds_median": t, "seconds_p10": t,
+                                        "seconds_p90": t, "FLOP/s": 1e9, "peak_heap_bytes": 1,
+                                        "workspace_model_bytes": 1})
+        with open(os.path.join(self.data, "bench.json"), "w") as f:
+            json.dump(bench, f)
+        with open(os.path.join(self.data, "accuracy.json")) as f:
+            acc = json.load(f)
+        for err in (1e-7, 4e-6):
+            acc["points"].append({"backend": "torch-math", "precision": "fp32", "accumulate": "fp32", "n": 16, "d": 64,
+                                  "mask": "none", "logit_scale": 1, "max_abs": err, "u_store": 2**-24,
+                                  "tight_tolerance": 2e-6, "within_tight": err <= 2e-6})
+        acc["not_supported"] = [{"backend": "torch-math", "precision": "fp16", "accumulate": "fp32", "reason": "r"}]
+        with open(os.path.join(self.data, "accuracy.json"), "w") as f:
+            json.dump(acc, f)
+        cell = {"kernel": "torch-math", "config": "fp32/fp32", "seed": 1, "cases": 30}
+        verdict = {"plugin": "libattn_torch.so", "profile": "quick", "seed": 1, "cases_per_cell": 30, "verdict": "FAIL",
+                   "kernels": [{"name": "torch-math", "description": "d", "cells": [
+                       dict(cell, property="agrees_with_reference", property_name="agrees", status="fail",
+                            counterexample={"case": "B=1 H=1 masked row 0"}),
+                       dict(cell, property="permutation_equivariant", property_name="permutation", status="pass")]}]}
+        with open(os.path.join(self.data, "verdicts.json"), "w") as f:
+            json.dump([verdict], f)
+        final, readings = report.make_report(self.data, self.out, "test", stamp="plugins")
+        with open(os.path.join(final, "plugins.md")) as f:
+            text = f.read()
+        self.assertIn("| agrees | fail |", text)
+        self.assertIn("| permutation | pass (30) |", text)
+        self.assertIn("- fail: agrees, fp32/fp32: smallest case `B=1 H=1 masked row 0`", text)
+        self.assertIn("| torch-math | 64 | 0 | 1 | 30 (30 to 30) | 10 (10 to 10) | 3.00x |", text)
+        self.assertIn("| torch-math | fp32 | fp32 | 2 | 1 | 2 |", text)
+        self.assertIn("1 (problem, precision, accumulation) combinations were not supported", text)
+        self.assertTrue(os.path.exists(os.path.join(final, "data", "verdicts.json")))
+        self.assertIn("verify torch-math: 1 cells pass, 1 fail, 0 not supported", readings)
+        # Without plugins the report says so.
+        os.remove(os.path.join(self.data, "verdicts.json"))
+        synthetic(self.data)
+        final, _ = report.make_report(self.data, self.out, "test", stamp="no-plugins")
+        with open(os.path.join(final, "plugins.md")) as f:
+            self.assertIn("No plugin was loaded in this run", f.read())
+
     def test_broken_json_is_one_clear_error_and_no_run_folder(self):
         with open(os.path.join(self.data, "bench.json"), "w") as f:
             f.write('{"benchmarks": [')
