@@ -900,21 +900,24 @@ def plugins_report(rows, bench, acc, verdicts, folder):
                             f"{len(failed)} fail, {sum(c['status'] == 'not supported' for c in k['cells'])} not supported")
             lines.append("")
     fused = backends_with(bench, own_threads=True, memory_independent_of_n=True)
-    h8 = [r for r in rows if r["family"] == "attn_h8" and r["precision"] == "fp32"]
-    if plugins and fused and h8:
-        lines += ["## Speed beside the fused backend (attn_h8, fp32, this run)", "",
-                  "| plugin | d | causal | threads | plugin ms, median (p10 to p90) | " + fused[0] + " ms | " + fused[0] +
-                  " speed-up |", "|---|---:|---:|---:|---:|---:|---:|"]
-        ours = {(r["d"], r["causal"], r["threads"]): r for r in h8 if r["backend"] == fused[0]}
-        for r in sorted((r for r in h8 if r["backend"] in plugins), key=lambda r: (r["backend"], r["d"], r["causal"], r["threads"])):
-            o = ours.get((r["d"], r["causal"], r["threads"]))
+    same = [r for r in rows if r["family"] in ("attn", "attn_h8") and r["precision"] == "fp32" and "n" in r]
+    if plugins and fused and same:
+        lines += ["## Speed beside the fused backend (fp32, the same benchmarks of this run)", "",
+                  "attn: B = H = 1; attn_h8: B = 1, H = 8.", "",
+                  "| plugin | family | n | d | causal | threads | plugin ms, median (p10 to p90) | " + fused[0] +
+                  " ms | " + fused[0] + " speed-up |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        key = lambda r: (r["family"], r["n"], r["d"], r["causal"], r["threads"])  # noqa: E731
+        ours = {key(r): r for r in same if r["backend"] == fused[0]}
+        for r in sorted((r for r in same if r["backend"] in plugins), key=lambda r: (r["backend"],) + key(r)):
+            o = ours.get(key(r))
             if not o:
                 continue
             ratio = median_seconds(r) / median_seconds(o)
-            lines.append(f"| {r['backend']} | {r['d']} | {r['causal']} | {r['threads']} | {spread_ms(r)} | "
-                         f"{spread_ms(o)} | {ratio:.2f}x |")
-            readings.append(f"{fused[0]} over {r['backend']} (attn_h8 fp32 n = {r['n']} d = {r['d']} causal {r['causal']} "
-                            f"threads {r['threads']}): {ratio:.2f}x")
+            lines.append(f"| {r['backend']} | {r['family']} | {r['n']} | {r['d']} | {r['causal']} | {r['threads']} | "
+                         f"{spread_ms(r)} | {spread_ms(o)} | {ratio:.2f}x |")
+            if r["family"] == "attn_h8":
+                readings.append(f"{fused[0]} over {r['backend']} (attn_h8 fp32 n = {r['n']} d = {r['d']} causal "
+                                f"{r['causal']} threads {r['threads']}): {ratio:.2f}x")
         lines.append("")
     pts = [q for q in acc.get("points", []) if q["backend"] in plugins]
     if pts:

@@ -241,7 +241,7 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| agrees | fail |", text)
         self.assertIn("| permutation | pass (30) |", text)
         self.assertIn("- fail: agrees, fp32/fp32: smallest case `B=1 H=1 masked row 0`", text)
-        self.assertIn("| torch-math | 64 | 0 | 1 | 30 (30 to 30) | 10 (10 to 10) | 3.00x |", text)
+        self.assertIn("| torch-math | attn_h8 | 4096 | 64 | 0 | 1 | 30 (30 to 30) | 10 (10 to 10) | 3.00x |", text)
         self.assertIn("| torch-math | fp32 | fp32 | 2 | 1 | 2 |", text)
         self.assertIn("1 (problem, precision, accumulation) combinations were not supported", text)
         self.assertTrue(os.path.exists(os.path.join(final, "data", "verdicts.json")))
