@@ -43,8 +43,9 @@ extern const Command verify_command = {
     R"(attn-lab verify --plugin PATH [--profile smoke|quick|full] [--out DIR] [--force]: the
 verdict on the kernels of a plugin library (include/attn/plugin.h). For every configuration a
 kernel claims (storage precision x accumulation) every property of the suite runs under
-RapidCheck (10, 30 or 100 cases per property: smoke, quick, full; fixed seed, printed), its
-cases restricted to the masks and variants the kernel claims: agreement with the 50-digit
+RapidCheck (3 x 10, 30 or 100 generated cases per property: smoke, quick, full; fixed seed,
+printed), its cases stripped of the masks and variants the kernel does not claim; a cell counts
+the cases that applied to the property and the kernel (pass (N)): agreement with the 50-digit
 reference within the derived bound and 2x the naive backend's error, the metamorphic
 properties (shift, permutation, GQA = repeated K/V, ALiBi = explicit bias, documents =
 separate runs, sinks), determinism and thread-count independence, fully masked rows, large

@@ -430,6 +430,7 @@ int worker(const Settings& s, const std::string& job, const std::string& kernel,
     write_file_atomic((out / "kernels.json").string(), dump(j) + "\n");
     return 0;
   }
+  if (job != "bench" && job != "cells") throw Error("unknown verify worker job '" + job + "' (list, cells, bench)");
   load_plugin(s.plugin);
   const BackendInfo& b = kernel_row(kernel);
   if (job == "bench") {
@@ -437,7 +438,6 @@ int worker(const Settings& s, const std::string& job, const std::string& kernel,
     write_file_atomic((out / ("bench-" + slug(kernel) + ".json")).string(), dump(bench(b, s.profile)) + "\n");
     return 0;
   }
-  if (job != "cells") throw Error("unknown verify worker job '" + job + "'");
   const std::vector<Cell> cells = cells_of(b);
   const int cases = cases_of(s.profile);
   for (std::size_t i = from; i < cells.size(); ++i) {
