@@ -221,8 +221,8 @@ def bench_table(bench, peak):
     rows = []
     for b in bench.get("benchmarks", []):
         parts = b.get("name", "").split("/")
-        if len(parts) < 7 or b.get("error_occurred"):
-            continue
+        if len(parts) < 7 or b.get("error_occurred") or b.get("run_type") == "aggregate" or b.get("repetition_index", 0):
+            continue  # one row per benchmark: its first repetition (the reports have the medians and intervals)
         meta = dict(p.split(":", 1) for p in parts[3:] if ":" in p)
         n = meta.get("n") or f"{meta.get('n_q')}x{meta.get('n_kv')}"
         threads = int(meta.get("threads", 1))
@@ -334,6 +334,16 @@ def render(folder, stamp, command, md_pages, bench, peak, heat=None, explorer=No
     for anchor, _t, _x in md_pages:
         page = page.replace(f'href="{anchor}.md"', f'href="#{anchor}"')
     with open(os.path.join(folder, "index.html"), "w") as f:
+        f.write(page)
+
+
+def standalone(folder, name, title, markdown_text):
+    """Writes folder/name: one self-contained page (the run page's style) of a Markdown text whose
+    figures are SVG files beside it (attn-lab compare and attn-lab history)."""
+    page = (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<meta name=\"viewport\" content=\"width=device-width\"><style>{STYLE}</style><script>{SCRIPT}</script>"
+            f"</head><body><main><section>{md_to_html(markdown_text)}</section></main></body></html>\n")
+    with open(os.path.join(folder, name), "w") as f:
         f.write(page)
 
 

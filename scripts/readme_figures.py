@@ -47,17 +47,27 @@ def performance(d):
     baseline = report.backends_with(bench, baseline=True)
     fp32 = peak["fp32_fma_gflops_core"]
     h8 = {(r["backend"], r["precision"], r["causal"], r["threads"], r["d"]): r for r in rows if r["family"] == "attn_h8"}
-    g = lambda k: h8[k]["FLOP/s"] / 1e9 if k in h8 else None
-    cell = lambda v, s="": "n/a" if v is None else f"{v:.1f}{s}"
+    g = lambda k: report.rate_estimate(h8[k])["value"] if k in h8 else None  # noqa: E731
+
+    def cell(v, s="", key=None):
+        if v is None:
+            return "n/a"
+        ci = report.rate_estimate(h8[key])["interval"] if key in h8 else None
+        return f"{v:.1f}{s}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+
+    reps = sorted({r["repetitions"] for r in h8.values()})
     lines = [f"Measured in the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `performance.md`); "
-             f"B = 1, H = 8, n = 4096, fp32, GFLOP/s and fraction of the one-thread fp32 FMA peak of {fp32:.1f} "
-             "GFLOP/s measured in the same run:", "", "| backend, 1 thread | d = 64 | d = 128 |", "|---|---:|---:|"]
+             "B = 1, H = 8, n = 4096, fp32, GFLOP/s ("
+             + (f"median of {' or '.join(map(str, reps))} repetitions, [its 95% interval]" if reps and reps[0] >= 6
+                else "one run of each benchmark: no interval")
+             + f") and fraction of the one-thread fp32 FMA peak of {fp32:.1f} GFLOP/s measured in the same run:", "",
+             "| backend, 1 thread | d = 64 | d = 128 |", "|---|---:|---:|"]
 
     def row(label, f):
         lines.append(f"| {label} | {f(64)} | {f(128)} |")
 
-    row(fused, lambda dd: cell(g((fused, "fp32", 0, 1, dd))) + (f" ({report.of_peak(g((fused, 'fp32', 0, 1, dd)), fp32)})"
-                                                               if g((fused, "fp32", 0, 1, dd)) else ""))
+    row(fused, lambda dd: cell(g((fused, "fp32", 0, 1, dd)), key=(fused, "fp32", 0, 1, dd))
+        + (f" ({report.of_peak(g((fused, 'fp32', 0, 1, dd)), fp32)})" if g((fused, "fp32", 0, 1, dd)) else ""))
     row(f"{fused}, 2 threads", lambda dd: (f"{g((fused, 'fp32', 0, 2, dd)):.1f} ({g((fused, 'fp32', 0, 2, dd)) / g((fused, 'fp32', 0, 1, dd)):.2f}x)"
                                             if g((fused, "fp32", 0, 2, dd)) and g((fused, "fp32", 0, 1, dd)) else "n/a"))
 
@@ -71,14 +81,20 @@ def performance(d):
     row(f"{fused} bf16 / fp16 (fp32 accumulation)",
         lambda dd: f"{cell(g((fused, 'bf16', 0, 1, dd)))} / {cell(g((fused, 'fp16', 0, 1, dd)))}")
     for b in blas:
-        row(b, lambda dd, b=b: cell(g((b, "fp32", 0, 1, dd))))
+        row(b, lambda dd, b=b: cell(g((b, "fp32", 0, 1, dd)), key=(b, "fp32", 0, 1, dd)))
     attn = {(r["backend"], r["n"], r["d"]): r for r in rows if r["family"] == "attn" and "n" in r
             and r["precision"] == "fp32" and r["causal"] == 0 and r["threads"] == 1}
     torch = report.TORCH_MATH
     if g((torch, "fp32", 0, 1, 64)):
-        row(f"PyTorch's math attention ({torch} plugin, preallocated)", lambda dd: cell(g((torch, "fp32", 0, 1, dd))))
-        row(f"{fused} / PyTorch", lambda dd: f"{g((fused, 'fp32', 0, 1, dd)) / g((torch, 'fp32', 0, 1, dd)):.2f}x"
-            if g((torch, "fp32", 0, 1, dd)) and g((fused, "fp32", 0, 1, dd)) else "n/a")
+        row(f"PyTorch's math attention ({torch} plugin, preallocated)",
+            lambda dd: cell(g((torch, "fp32", 0, 1, dd)), key=(torch, "fp32", 0, 1, dd)))
+
+        def over(dd):
+            e = report.time_ratio(h8.get((torch, "fp32", 0, 1, dd)), h8.get((fused, "fp32", 0, 1, dd)))
+            if not e:
+                return "n/a"
+            return f"{e['value']:.2f}x" + (f" [{e['interval'][0]:.2f}, {e['interval'][1]:.2f}]" if e["interval"] else "")
+        row(f"{fused} / PyTorch (rate ratio)", over)
     for b in baseline:
         row(f"{b} (B = H = 1)", lambda dd, b=b: cell(attn[(b, 4096, dd)]["FLOP/s"] / 1e9 if (b, 4096, dd) in attn else None))
     att = {dd: peak.get(f"sgemm_attention_gflops_d{dd}") for dd in (64, 128)}
@@ -110,14 +126,18 @@ def torch(d):
           if r["family"] in ("attn", "attn_h8") and "n" in r and r["precision"] == "fp32" and r["causal"] == 0}
     lines = [f"In the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `plugins.md`): time of "
              f"PyTorch 1.13's kernel over {fused}'s (median calls, same benchmarks of the same attn-bench process; "
-             "fp32, no mask; > 1: ours is faster):", "",
+             "fp32, no mask; > 1: ours is faster; [95% bootstrap interval] where the run has repetitions):", "",
              "| shape | threads | d | " + " | ".join(f"{b} / {fused}" for b in plugins) + " |",
              "|---|---:|---:|" + "---:|" * len(plugins)]
-    keys = sorted({(fam, n, dd, t) for (b, fam, n, dd, t) in at if b in plugins and (fused, fam, n, dd, t) in at})
+    keys = sorted({(fam, n, dd, t) for (b, fam, n, dd, t) in at if b in plugins and (fused, fam, n, dd, t) in at
+                   and n in (1024, 4096) and dd in (64, 128)})  # every other point: plugins.md
     for fam, n, dd, t in keys:
         shape = f"B = H = 1, n = {n}" if fam == "attn" else f"B = 1, H = 8, n = {n}"
-        cells = [f"{report.median_seconds(at[(b, fam, n, dd, t)]) / report.median_seconds(at[(fused, fam, n, dd, t)]):.2f}x"
-                 if (b, fam, n, dd, t) in at else "n/a" for b in plugins]
+        cells = []
+        for b in plugins:
+            e = report.time_ratio(at.get((b, fam, n, dd, t)), at.get((fused, fam, n, dd, t)))
+            cells.append("n/a" if not e else f"{e['value']:.2f}x" + (
+                f" [{e['interval'][0]:.2f}, {e['interval'][1]:.2f}]" if e["interval"] else ""))
         lines.append(f"| {shape} | {t} | {dd} | " + " | ".join(cells) + " |")
     acc = [q for q in d["accuracy"].get("points", []) if q["backend"] in plugins]
     if acc:
@@ -196,7 +216,8 @@ def backend_times(d):
              "reports it):", "", "| backend | n=1024 | n=4096 | workspace n=1024 | workspace n=4096 |",
              "|---|---:|---:|---:|---:|"]
     ms = lambda r: f"{1e3 * r['seconds_per_call']:.1f} ms" if r else "n/a"
-    ws = lambda r: f"{int(r['workspace_model_bytes']):,} B" if r else "n/a"
+    ws = lambda r: ("n/a" if not r else "its own (plugin)" if r.get("workspace_model_bytes") is None  # noqa: E731
+                    else f"{int(r['workspace_model_bytes']):,} B")
     for b in backends:
         a, c = attn.get((b, 1024)), attn.get((b, 4096))
         lines.append(f"| {b} | {ms(a)} | {ms(c)} | {ws(a)} | {ws(c)} |")

@@ -25,6 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import html_page  # noqa: E402
+import runs  # noqa: E402
+import stats  # noqa: E402
 
 INPUTS = ["peak.json", "bench.json", "accuracy.json", "entropy.json", "claims.json", "build.json"]
 # Optional inputs of index.html (scripts/html_page.py collect writes them).
@@ -39,14 +41,7 @@ class ReportError(Exception):
 
 
 def load(data_dir, name):
-    path = os.path.join(data_dir, name)
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise ReportError(f"{name}: missing in {data_dir}")
-    except json.JSONDecodeError as e:
-        raise ReportError(f"{name}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})")
+    return runs.load_json(os.path.join(data_dir, name), ReportError, name)
 
 
 def require(obj, keys, where):
@@ -99,11 +94,17 @@ def fmt_bytes(b):
 
 
 def bench_rows(bench):
+    """One row per benchmark: its name's fields and counters. With Google Benchmark's repetitions
+    (--benchmark_repetitions; aggregate rows are ignored) the repetitions become the row's `samples` (each
+    one's median call, `seconds_median`, else its mean call) and its times their medians; without, one sample."""
     require(bench, ["benchmarks", "context"], "bench.json")
     plugins = backends_with(bench, plugin=True) if "backend_traits" in bench["context"] else []
-    rows = []
+    groups = {}
     for b in bench["benchmarks"]:
-        meta = parse_bench_name(b.get("name", ""))
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        name = b.get("run_name", b.get("name", ""))
+        meta = parse_bench_name(name)
         if meta is None or b.get("error_occurred"):
             continue
         # The memory counters are absent for plugins (their allocator is their own).
@@ -111,15 +112,85 @@ def bench_rows(bench):
                                                    ("peak_heap_bytes", "workspace_model_bytes"))
         for k in needed:
             if not isinstance(b.get(k), (int, float)):
-                raise ReportError(f"bench.json: {b['name']} lacks counter '{k}'")
-        for k in ("seconds_per_call", "FLOP/s", "peak_heap_bytes", "workspace_model_bytes", "peak_extra_heap_bytes",
-                  "seconds_median", "seconds_p10", "seconds_p90", "kv_bytes/s",
+                raise ReportError(f"bench.json: {name} lacks counter '{k}'")
+        groups.setdefault(name, (meta, []))[1].append(b)
+    rows = []
+    for name, (meta, reps) in groups.items():
+        first = reps[0]
+        for k in ("peak_heap_bytes", "workspace_model_bytes", "peak_extra_heap_bytes", "kv_bytes/s",
                   "max_abs_error", "error_bound"):
-            meta[k] = b.get(k)
+            meta[k] = first.get(k)
+        meta["flop_per_call"] = first["FLOP/s"] * first["seconds_per_call"]
+        meta["samples"] = [b["seconds_median"] if isinstance(b.get("seconds_median"), (int, float))
+                           else b["seconds_per_call"] for b in reps]
+        meta["repetitions"] = len(reps)
+        meta["seconds_per_call"] = stats.median([b["seconds_per_call"] for b in reps])
+        meta["FLOP/s"] = meta["flop_per_call"] / meta["seconds_per_call"]
+        for k in ("seconds_median", "seconds_p10", "seconds_p90"):
+            vals = [b[k] for b in reps if isinstance(b.get(k), (int, float))]
+            meta[k] = stats.median(vals) if vals else None
         rows.append(meta)
     if not rows:
         raise ReportError("bench.json: no benchmark that ran")
     return rows
+
+
+def rate_estimate(r):
+    """A row's GFLOP/s from its median sample, with the interval its repetitions give
+    (stats.median_ci; None with fewer than six): {"value", "interval"}, or None without the row."""
+    if not r:
+        return None
+    ci = stats.median_ci(r["samples"])
+    g = lambda s: r["flop_per_call"] / s / 1e9  # noqa: E731
+    return {"value": g(stats.median(r["samples"])), "interval": ci and (g(ci[1]), g(ci[0]))}
+
+
+def time_ratio(num, den):
+    """median time of num over den's, with its bootstrap interval (stats.ratio_ci); None without both rows.
+    The rate of A over B is time_ratio(B, A)."""
+    if not (num and den):
+        return None
+    v, ci = stats.ratio_ci(num["samples"], den["samples"])
+    return {"value": v, "interval": ci}
+
+
+def scaled(est, k):
+    """An estimate divided by a constant (a measured peak): its interval too."""
+    if not est or not k:
+        return None
+    return {"value": est["value"] / k, "interval": est["interval"] and (est["interval"][0] / k, est["interval"][1] / k)}
+
+
+class Targets:
+    """The target table: each target's measured value, its interval, the requirement and a verdict that
+    noise cannot flip: met when `ok` holds at both ends of the interval, MISSED when at neither, "within noise"
+    when the interval straddles the requirement. Timing estimates carry an interval; deterministic figures
+    (memory, fitted exponents) are plain numbers and say so."""
+
+    def __init__(self):
+        self.rows = []
+
+    def __call__(self, what, est, need, fmt, ok):
+        if est is None or (isinstance(est, dict) and est["value"] is None):
+            self.rows.append((what, "not measured", "", need, "-"))
+            return
+        value, iv = (est["value"], est["interval"]) if isinstance(est, dict) else (est, "deterministic")
+        shown = fmt(value)
+        if shown.startswith("INSTRUMENT ERROR"):
+            verdict, iv_shown = "instrument error", ""
+        elif iv == "deterministic":
+            verdict, iv_shown = ("met" if ok(value) else "MISSED"), "deterministic"
+        elif iv is None:
+            verdict, iv_shown = ("met" if ok(value) else "MISSED") + " (point estimate)", "none: fewer than 6 repetitions"
+        else:
+            a, b = ok(iv[0]), ok(iv[1])
+            verdict = "met" if a and b else "MISSED" if not (a or b) else "within noise"
+            iv_shown = f"{fmt(iv[0])} ... {fmt(iv[1])}"
+        self.rows.append((what, shown, iv_shown, need, verdict))
+
+    def table(self):
+        return (["| target | measured (median) | 95% interval | required | verdict |", "|---|---:|---:|---:|---|"]
+                + [f"| {w} | {v} | {i} | {n} | {k} |" for w, v, i, n, k in self.rows])
 
 
 def series(rows, x, **fixed):
@@ -295,52 +366,39 @@ def performance_report(rows, peak, bench, folder):
     for e in peak.get("instrument_errors", []):
         lines += [f"**INSTRUMENT ERROR** (attn-lab peak): {e}: the FMA probe under-measures this machine's peak, "
                   "so no fraction of peak in this report can be trusted.", ""]
-    targets = []
-
-    def gf(key):
-        r = h8.get(key)
-        return r["FLOP/s"] / 1e9 if r else None
-
-    def target(what, value, need, fmt, ok):
-        shown = "not measured" if value is None else fmt(value)
-        targets.append((what, shown, need, "-" if value is None else "instrument error"
-                        if shown.startswith("INSTRUMENT ERROR") else ("met" if ok(value) else "MISSED")))
+    target = Targets()
+    rate = lambda key: rate_estimate(h8.get(key))  # noqa: E731
+    faster = lambda a, b: time_ratio(h8.get(b), h8.get(a))  # noqa: E731  the rate of a over b
 
     pct = lambda v: f"{100 * v:.0f}%"
     ratio = lambda v: f"{v:.4f}x"
     for d, need in ((128, 0.65), (64, 0.55)):
-        g = gf((fused, "fp32", 0, 1, d))
-        target(f"{fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak", g and g / fp32_peak,
+        target(f"{fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak", scaled(rate((fused, "fp32", 0, 1, d)),
+                                                                                      fp32_peak),
                f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
                lambda v, need=need: need <= v <= 1.0)
     for d in (64, 128):
-        g, t = gf((fused, "fp32", 0, 1, d)), gf((TORCH_MATH, "fp32", 0, 1, d))
         target(f"{fused} fp32, d = {d}, 1 thread: rate over PyTorch's math attention ({TORCH_MATH}, preallocated)",
-               g and t and g / t, ">= 1.25x", ratio, lambda v: v >= 1.25)
+               faster((fused, "fp32", 0, 1, d), (TORCH_MATH, "fp32", 0, 1, d)), ">= 1.25x", ratio, lambda v: v >= 1.25)
     for b in blas:
         for d in (64, 128):
-            g, m = gf((fused, "fp32", 0, 1, d)), gf((b, "fp32", 0, 1, d))
-            target(f"{fused} fp32, d = {d}, 1 thread: rate over {b}", g and m and g / m, ">= 1.00x", ratio,
-                   lambda v: v >= 1.0)
+            target(f"{fused} fp32, d = {d}, 1 thread: rate over {b}", faster((fused, "fp32", 0, 1, d), (b, "fp32", 0, 1, d)),
+                   ">= 1.00x", ratio, lambda v: v >= 1.0)
     for d in (64, 128):
-        one, two = gf((fused, "fp32", 0, 1, d)), gf((fused, "fp32", 0, 2, d))
-        target(f"{fused} fp32, d = {d}: 2 threads over 1", one and two and two / one, ">= 1.80x", ratio,
-               lambda v: v >= 1.8)
+        target(f"{fused} fp32, d = {d}: 2 threads over 1", faster((fused, "fp32", 0, 2, d), (fused, "fp32", 0, 1, d)),
+               ">= 1.80x", ratio, lambda v: v >= 1.8)
     for d in (64, 128):
-        full, causal = h8.get((fused, "fp32", 0, 1, d)), h8.get((fused, "fp32", 1, 1, d))
         target(f"{fused} fp32, d = {d}: causal speed-up (time ratio)",
-               full and causal and full["seconds_per_call"] / causal["seconds_per_call"], ">= 1.80x", ratio,
+               time_ratio(h8.get((fused, "fp32", 0, 1, d)), h8.get((fused, "fp32", 1, 1, d))), ">= 1.80x", ratio,
                lambda v: v >= 1.8)
     for p in ("bf16", "fp16"):
         for d in (64, 128):
-            a, b = gf((fused, p, 0, 1, d)), gf((fused, "fp32", 0, 1, d))
-            target(f"{fused} {p} (fp32 accumulation), d = {d}: rate over fp32", a and b and a / b, ">= 1.00x",
-                   ratio, lambda v: v >= 1.0)
+            target(f"{fused} {p} (fp32 accumulation), d = {d}: rate over fp32",
+                   faster((fused, p, 0, 1, d), (fused, "fp32", 0, 1, d)), ">= 1.00x", ratio, lambda v: v >= 1.0)
     for b in blas:
         for d in (64, 128):
-            g = gf((b, "fp32", 0, 1, d))
             target(f"{b} fp32, d = {d}: fraction of the two attention GEMMs alone (attn-lab peak)",
-                   g and att[d] and g / att[d], ">= 85%", pct, lambda v: v >= 0.85)
+                   scaled(rate((b, "fp32", 0, 1, d)), att[d]), ">= 85%", pct, lambda v: v >= 0.85)
     mem_rows = sorted((r for r in rows if r["family"] == "attn" and r["backend"] == fused and r["precision"] == "fp32"
                        and r.get("causal") == 0 and r.get("threads") == 1 and r.get("d") == 64 and "n" in r
                        and r.get("peak_extra_heap_bytes") is not None), key=lambda r: r["n"])
@@ -354,16 +412,24 @@ def performance_report(rows, peak, bench, folder):
         target(f"{fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
                hi / lo if lo else None, "independent of n (1.0000x)", ratio, lambda v: v <= 1.05)
     bwd_lines = backward_performance(rows, fused, fp32_peak, target)  # its targets join the table below
+    reps = sorted({r["repetitions"] for r in h8.values()})
     lines += ["## Performance targets, B = 1, H = 8, n = 4096", "",
-              "| target | measured | required | verdict |", "|---|---:|---:|---|"]
-    lines += [f"| {w} | {v} | {n} | {k} |" for w, v, n, k in targets]
+              f"Each benchmark ran {' or '.join(map(str, reps)) if reps else '?'} repetitions (Google Benchmark's "
+              "--benchmark_repetitions, interleaved at random with the others); a sample is one repetition's median "
+              "call. A rate's interval is the 95% order-statistics interval of the median over the repetitions "
+              "(distribution-free; none with fewer than 6); a ratio's is a 95% percentile bootstrap of the ratio of "
+              f"medians ({stats.BOOTSTRAP} resamples, seed {stats.SEED}). Verdict: met when the whole interval "
+              "meets the requirement, MISSED when none of it does, within noise when it straddles it. Memory "
+              "figures are deterministic (one allocation count), without interval.", ""]
+    lines += target.table()
     lines += ["", "## Fraction of peak, every attn_h8 run", "",
-              "| backend | precision | causal | threads | d | ms per call | GFLOP/s | of fp32 peak (threads x 1-thread) |",
-              "|---|---|---:|---:|---:|---:|---:|---:|"]
+              "| backend | precision | causal | threads | d | ms per call (median) | GFLOP/s | 95% interval | of fp32 "
+              "peak (threads x 1-thread) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for (b, p, c, t, d), r in sorted(h8.items()):
-        g = r["FLOP/s"] / 1e9
-        lines.append(f"| {b} | {p} | {c} | {t} | {d} | {1e3 * r['seconds_per_call']:.1f} | {g:.1f} | "
-                     f"{of_peak(g, t * fp32_peak)} |")
+        e = rate_estimate(r)
+        lines.append(f"| {b} | {p} | {c} | {t} | {d} | {1e3 * stats.median(r['samples']):.1f} | {e['value']:.1f} | "
+                     + (f"{e['interval'][0]:.1f} ... {e['interval'][1]:.1f}" if e["interval"] else "none")
+                     + f" | {of_peak(e['value'], t * fp32_peak)} |")
     if backends_with(bench, plugin=True):
         lines += ["", "Kernels loaded from plugins (PyTorch's among them) are timed beside these in the same run: "
                   "their speed beside " + fused + " is in [plugins](plugins.md)."]
@@ -382,8 +448,10 @@ def performance_report(rows, peak, bench, folder):
                   "| n | peak extra heap |", "|---:|---:|"]
         lines += [f"| {n} | {fmt_bytes(m)} |" for n, m in mem]
     lines += bwd_lines
-    missed = [f"{w}: {v} ({k})" for w, v, _, k in targets if k in ("MISSED", "instrument error")]
+    missed = [f"{w}: {v} ({k})" for w, v, _, _, k in target.rows if k.startswith("MISSED") or k == "instrument error"]
+    noise = [f"{w}: {v} ({i})" for w, v, i, _, k in target.rows if k == "within noise"]
     return "\n".join(lines) + "\n", (["performance targets missed: " + ("; ".join(missed) if missed else "none")]
+                                      + (["performance targets within noise: " + "; ".join(noise)] if noise else [])
                                       + [f"INSTRUMENT ERROR (attn-lab peak): {e}" for e in peak.get("instrument_errors", [])])
 
 
@@ -397,22 +465,20 @@ def backward_performance(rows, fused, fp32_peak, target):
     at = {(r["backend"], r["precision"], r["causal"], r["threads"], r["d"]): r for r in bwd
           if r["family"] == "attn_bwd" and r["n"] == n8}
     get = at.get
-    rate = lambda key: at[key]["FLOP/s"] / 1e9 if key in at else None
+    rate = lambda key: rate_estimate(at.get(key))  # noqa: E731
     pct = lambda v: f"{100 * v:.0f}%"
     ratio = lambda v: f"{v:.4f}x"
     for d, need in ((128, 0.50), (64, 0.40)):
-        g = rate((fused, "fp32", 0, 1, d))
         target(f"backward: {fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak (2.5x forward FLOPs)",
-               g and g / fp32_peak, f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
+               scaled(rate((fused, "fp32", 0, 1, d)), fp32_peak), f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
                lambda v, need=need: need <= v <= 1.0)
     for d in (64, 128):
-        one, two = rate((fused, "fp32", 0, 1, d)), rate((fused, "fp32", 0, 2, d))
-        target(f"backward: {fused} fp32, d = {d}: 2 threads over 1", one and two and two / one, ">= 1.80x", ratio,
+        target(f"backward: {fused} fp32, d = {d}: 2 threads over 1",
+               time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 0, 2, d))), ">= 1.80x", ratio,
                lambda v: v >= 1.8)
     for d in (64, 128):
-        full, causal = get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 1, 1, d))
         target(f"backward: {fused} fp32, d = {d}: causal speed-up (time ratio)",
-               full and causal and full["seconds_per_call"] / causal["seconds_per_call"], ">= 1.80x", ratio,
+               time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 1, 1, d))), ">= 1.80x", ratio,
                lambda v: v >= 1.8)
     mem = backward_series(rows)
     if fused in mem:
@@ -756,6 +822,8 @@ def spread_ms(r):
     """'median (p10 to p90)' of one benchmark's calls, in ms (attn-bench's per-call counters)."""
     if r.get("seconds_median") is None:
         return f"{1e3 * r['seconds_per_call']:.3g} (mean; no per-call spread recorded)"
+    if r.get("seconds_p10") is None or r.get("seconds_p90") is None:
+        return f"{1e3 * r['seconds_median']:.3g}"
     return f"{1e3 * r['seconds_median']:.3g} ({1e3 * r['seconds_p10']:.3g} to {1e3 * r['seconds_p90']:.3g})"
 
 
@@ -962,7 +1030,7 @@ REPORTS = [
 ]
 
 
-def index_report(peak, build, bench, command, stamp, readings):
+def index_report(peak, build, bench, command, stamp, readings, previous=None):
     ctx = bench["context"]
     lines = [f"# attention-lab run {stamp}", "", f"Command: `{command}`" + (f" (steps before the report: {build['run_seconds'] // 60} min "
                                                                  f"{build['run_seconds'] % 60} s)" if build.get("run_seconds") else ""), "",
@@ -985,12 +1053,17 @@ def index_report(peak, build, bench, command, stamp, readings):
                 if ctx.get("attn_profile") == "smoke" else ""), "",
              "## Reports", ""]
     lines += [f"- [{r.name}]({r.name}.md): {r.summary}" for r in REPORTS]
-    lines += ["- [data](data/): the JSON every figure was drawn from", "", "## Readings", ""]
+    lines += ["- [data](data/): the JSON every figure was drawn from", "", "## Across runs", "",
+              (f"- [comparison with {previous}](compare-previous/compare.html), the previous run of this machine and "
+               "profile (`attn-lab compare`)" if previous else
+               "- no earlier run of this machine and profile in the history store: nothing to compare with"),
+              "- [history](../../history/history.html): every run in the store across commits and machines "
+              "(`attn-lab history`)", "", "## Readings", ""]
     lines += [f"- {r}" for r in readings]
     return "\n".join(lines) + "\n"
 
 
-def make_report(data_dir, out_root, command, stamp=None):
+def make_report(data_dir, out_root, command, stamp=None, previous=None):
     stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     data = {name: load(data_dir, name) for name in INPUTS}
     data.update({n: load(data_dir, n) for n in OPTIONAL_INPUTS if os.path.exists(os.path.join(data_dir, n))})
@@ -1014,7 +1087,7 @@ def make_report(data_dir, out_root, command, stamp=None):
         for r in REPORTS:
             texts[r.name], more = r.make(data, tmp)
             readings += more
-        index_text = index_report(peak, build, bench, command, stamp, readings)
+        index_text = index_report(peak, build, bench, command, stamp, readings, previous)
         for name, text in list(texts.items()) + [("index", index_text)]:
             with open(os.path.join(tmp, name + ".md"), "w") as f:
                 f.write(text)
@@ -1044,9 +1117,10 @@ def main(argv=None):
     ap.add_argument("--out-root", default="reports", help="reports folder (default: reports)")
     ap.add_argument("--command", default="scripts/run", help="the command that produced the data")
     ap.add_argument("--stamp", help="run folder name (default: the date and time)")
+    ap.add_argument("--previous", metavar="STAMP", help="the run scripts/run compares this one with (compare-previous/)")
     args = ap.parse_args(argv)
     try:
-        final, readings = make_report(args.data, args.out_root, args.command, args.stamp)
+        final, readings = make_report(args.data, args.out_root, args.command, args.stamp, args.previous)
     except ReportError as e:
         print(f"report: {e}", file=sys.stderr)
         return 2

@@ -15,7 +15,9 @@ Commands come from
     under an "examples:" heading.
 Each runs in a fresh folder, after the input files it names are written by
 NumPy with the shapes the command implies (.npy tensors, masks, a PyTorch
-nn.MultiheadAttention state_dict for `--weights DIR` of `layer`). A command
+nn.MultiheadAttention state_dict for `--weights DIR` of `layer`); the
+committed runs it names (reports/runs/..., reports/latest) are read from
+SOURCE_ROOT. A command
 fails on a non-zero exit or an error line (a line starting with
 "attn-lab:", "attn-bench:", "scripts/run:", a Python traceback, or Google
 Benchmark's "ERROR OCCURRED"). One is not run, for a stated reason:
@@ -221,6 +223,8 @@ def run_command(origin, text, failures):
         write_inputs(args, work, np.random.default_rng(SEED))
         # Arguments naming the build's programs (build/bench/attn-bench) point into BUILD.
         args = [os.path.join(BUILD, a[len("build/"):]) if a.startswith("build/") else a for a in args]
+        # ... and the committed runs (attn-lab compare, history append) into SOURCE_ROOT, read only.
+        args = [os.path.join(SRC, a) if a.startswith("reports/runs/") or a == "reports/latest" else a for a in args]
         if name == "cc":
             args = source_paths(args)
         env = {k: os.path.join(BUILD, v[len("build/"):]) if v.startswith("build/") else v for k, v in env.items()}

@@ -129,21 +129,29 @@ class ReportTest(unittest.TestCase):
         self.assertIn(f"| fp32 | fp32 | dk | 12 | {8 * 2**-24:.3g} | {16 * 2**-24:.3g} | 0.5 | 4 | 0.01 | 2 | 0 |", text)
 
     def test_rates_above_the_peak_are_instrument_errors_and_pytorch_is_compared(self):
-        # attn_h8 rows: streaming at 120 GFLOP/s on one thread against a probe
-        # peak of 100 (an instrument error, never "120%"), 60 at d = 128 (60%:
-        # MISSED against 65%), against PyTorch's math attention (the torch plugin's torch-math, no memory
-        # counters: a plugin's allocator is its own) at 50: 2.40x and 1.20x.
+        # attn_h8 rows of 9 repetitions each: streaming at 120 GFLOP/s on one thread against a probe peak of
+        # 100 (an instrument error, never "120%"); 60 at d = 128 with +-3% noise (interval 59% ... 61%:
+        # MISSED against 65%); PyTorch's math attention (the torch plugin's torch-math, no memory counters:
+        # a plugin's allocator is its own) at 50: 2.40x (met, no noise) and, at d = 128 with +-15% noise,
+        # 1.20x whose interval straddles 1.25x: within noise.
         with open(os.path.join(self.data, "bench.json")) as f:
             bench = json.load(f)
         add_plugin(bench, "torch-math")
         n = 1024
-        for b, d, g in (("streaming", 64, 120.0), ("streaming", 128, 60.0), ("torch-math", 64, 50.0),
-                        ("torch-math", 128, 50.0)):
+        tight = [0.97, 0.98, 0.99, 0.995, 1.0, 1.005, 1.01, 1.02, 1.03]
+        wide = [0.85, 0.9, 0.95, 0.98, 1.0, 1.02, 1.05, 1.1, 1.15]
+        for b, d, g, noise in (("streaming", 64, 120.0, [1] * 9), ("streaming", 128, 60.0, tight),
+                               ("torch-math", 64, 50.0, [1] * 9), ("torch-math", 128, 50.0, wide)):
             flops = 4 * 8 * n * n * d
-            bench["benchmarks"].append({"name": f"attn_h8/{b}/fp32/causal:0/threads:1/n:{n}/d:{d}",
-                                        "seconds_per_call": flops / g / 1e9, "FLOP/s": g * 1e9})
-            if b == "streaming":
-                bench["benchmarks"][-1].update(peak_heap_bytes=1000, workspace_model_bytes=1000)
+            for i, f in enumerate(noise):
+                t = flops / g / 1e9 * f
+                bench["benchmarks"].append({"name": f"attn_h8/{b}/fp32/causal:0/threads:1/n:{n}/d:{d}",
+                                            "run_type": "iteration", "repetition_index": i, "seconds_per_call": t,
+                                            "seconds_median": t, "FLOP/s": flops / t})
+                if b == "streaming":
+                    bench["benchmarks"][-1].update(peak_heap_bytes=1000, workspace_model_bytes=1000)
+            bench["benchmarks"].append({"name": f"attn_h8/{b}/fp32/causal:0/threads:1/n:{n}/d:{d}_mean",
+                                        "run_type": "aggregate", "seconds_per_call": 1.0, "FLOP/s": 1.0})
         with open(os.path.join(self.data, "bench.json"), "w") as f:
             json.dump(bench, f)
         with open(os.path.join(self.data, "peak.json")) as f:
@@ -155,17 +163,26 @@ class ReportTest(unittest.TestCase):
         with open(os.path.join(final, "performance.md")) as f:
             text = f.read()
         self.assertIn("| streaming fp32, d = 64, 1 thread: fraction of fp32 FMA peak | INSTRUMENT ERROR: 120.0 above "
-                      "the measured peak 100.0 | >= 55% | instrument error |", text)
-        self.assertIn("| streaming fp32, d = 128, 1 thread: fraction of fp32 FMA peak | 60% | >= 65% | MISSED |", text)
+                      "the measured peak 100.0 |  | >= 55% | instrument error |", text)
+        self.assertIn("| streaming fp32, d = 128, 1 thread: fraction of fp32 FMA peak | 60% | 59% ... 61% | >= 65% | "
+                      "MISSED |", text)
         self.assertIn("| streaming fp32, d = 64, 1 thread: rate over PyTorch's math attention (torch-math, "
-                      "preallocated) | 2.4000x | >= 1.25x | met |", text)
-        self.assertIn("| streaming fp32, d = 128, 1 thread: rate over PyTorch's math attention (torch-math, "
-                      "preallocated) | 1.2000x | >= 1.25x | MISSED |", text)
-        self.assertIn(f"| torch-math | fp32 | 0 | 1 | 128 | {4 * 8 * n * n * 128 / 50e6:.1f} | 50.0 | 50% |", text)
+                      "preallocated) | 2.4000x | 2.4000x ... 2.4000x | >= 1.25x | met |", text)
+        row = next(line for line in text.splitlines() if line.startswith(
+            "| streaming fp32, d = 128, 1 thread: rate over PyTorch's math attention"))
+        lo, hi = (float(x.strip(" x")) for x in row.split("|")[3].split("..."))
+        self.assertTrue(lo < 1.2 < 1.25 < hi, row)
+        self.assertIn("| 1.2000x |", row)
+        self.assertTrue(row.endswith("| >= 1.25x | within noise |"), row)
+        self.assertIn(f"| torch-math | fp32 | 0 | 1 | 128 | {4 * 8 * n * n * 128 / 50e6:.1f} | 50.0 | 45.5 ... 55.6 | "
+                      "50% |", text)
+        self.assertIn("9 repetitions", text)
         self.assertIn("their speed beside streaming is in [plugins](plugins.md)", text)
         self.assertNotIn("120%", text)
+        self.assertNotIn("_mean", text)  # aggregates are not benchmarks
         self.assertIn("**INSTRUMENT ERROR** (attn-lab peak): sgemm n = 2048", text)
         self.assertTrue(any(r.startswith("INSTRUMENT ERROR (attn-lab peak)") for r in readings))
+        self.assertTrue(any(r.startswith("performance targets within noise: streaming fp32, d = 128") for r in readings))
 
     def test_variants_costs_and_decode_bandwidth(self):
         # attn_var: soft-cap's median call 1.5x plain's, GQA 0.25x MHA's, soft-cap's error above its bound;

@@ -28,6 +28,17 @@ struct Command {
 // The table, in the order `attn-lab --help` lists it.
 const std::vector<Command>& commands();
 
+// Commands written in Python (scripts/NAME.py, the statistics and plots of
+// SciPy and matplotlib): attn-lab runs /usr/bin/python3 on the script with
+// the command's arguments unchanged; the script parses them and has its own
+// --help.
+struct ScriptCommand {
+  std::string_view name;
+  std::string_view summary;  // its lines in `attn-lab --help`
+  std::string_view script;   // under the source tree's scripts/ (ATTN_SCRIPTS_DIR)
+};
+const std::vector<ScriptCommand>& script_commands();
+
 // --- Helpers the commands share ----------------------------------------------------
 
 // Existing outputs are kept unless --force: a run never replaces a file the

@@ -13,4 +13,18 @@ const std::vector<Command>& commands() {
   return table;
 }
 
+const std::vector<ScriptCommand>& script_commands() {
+  static const std::vector<ScriptCommand> table = {
+      {"compare",
+       "  attn-lab compare A B [--out DIR] [--fail-on-regression PCT] [--across-machines]\n"
+       "      two runs benchmark by benchmark: ratio with its interval, Mann-Whitney U, Holm\n",
+       "compare.py"},
+      {"history",
+       "  attn-lab history [--benchmark REGEX] [--machine FP] | attn-lab history append RUN...\n"
+       "      every run's results across commits and machines (reports/history.sqlite)\n",
+       "history.py"},
+  };
+  return table;
+}
+
 }  // namespace attn::cli

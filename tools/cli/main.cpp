@@ -1,6 +1,11 @@
 // attn-lab: the command table's entries (commands.cpp) behind one binary.
 // Every error is one line on stderr and exit status 2.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <new>
 
@@ -14,6 +19,7 @@ namespace {
 std::string command_names() {
   std::string s;
   for (const Command& c : commands()) s += (s.empty() ? "" : ", ") + std::string(c.name);
+  for (const ScriptCommand& c : script_commands()) s += ", " + std::string(c.name);
   return s;
 }
 
@@ -21,6 +27,7 @@ void print_help() {
   std::cout << "attn-lab: scaled dot-product attention, O = softmax(Q K^T * scale + mask) V,\n"
                "computed by any registered backend, in any precision.\n\ncommands:\n";
   for (const Command& c : commands()) std::cout << c.summary;
+  for (const ScriptCommand& c : script_commands()) std::cout << c.summary;
   std::cout << "  attn-lab --help, attn-lab COMMAND --help\n\n"
                "Any command takes --plugin PATH (repeatable): the kernels of a plugin library\n"
                "(include/attn/plugin.h) become backends beside the built-in ones.\n\n"
@@ -53,6 +60,18 @@ int dispatch(int argc, char** argv) {
   if (name == "--help" || name == "-h" || name == "help") {
     print_help();
     return 0;
+  }
+  for (const ScriptCommand& c : script_commands()) {
+    if (c.name != name) continue;
+    const std::string script = std::string(ATTN_SCRIPTS_DIR) + "/" + std::string(c.script);
+    if (!std::filesystem::exists(script))
+      throw Error("'" + name + "' runs " + script + ", which is missing (attn-lab runs from its source tree)");
+    std::vector<char*> args = {const_cast<char*>("/usr/bin/python3"), const_cast<char*>(script.c_str())};
+    for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    std::fflush(stdout);
+    execv(args[0], args.data());
+    throw Error("'" + name + "' needs /usr/bin/python3 (" + std::strerror(errno) + ")");
   }
   for (const Command& c : commands()) {
     if (c.name != name) continue;

@@ -1,0 +1,156 @@
+"""What `attn-lab compare` and `attn-lab history` read of a run, in one place:
+a run folder (reports/runs/<stamp>/, its JSON under data/) or a Google
+Benchmark JSON file alone, its benchmarks' repetitions and its machine's
+fingerprint.
+
+A benchmark's samples are its repetitions (Google Benchmark's
+--benchmark_repetitions: one "iteration" row per repetition), each
+repetition's sample the median call of attn-bench's per-call timings
+(`seconds_median`), or Google Benchmark's real time per iteration for a
+JSON without that counter. A run without repetitions has one sample per
+benchmark: no interval and no test can be drawn from it, and the tools say so.
+
+The fingerprint names the machine and the build, never the measured peaks
+(those vary from run to run on one machine): CPU model and flags, hardware
+threads, the vector kernels that ran, OpenBLAS's kernel, compiler and build
+flags. Two runs with the same fingerprint ran the same code paths on the
+same kind of machine.
+"""
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+# bench.json's aggregate rows (name_mean, _median, _stddev, _cv) are derived; the repetitions are the data.
+_UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+class RunError(Exception):
+    """A run that cannot be read: one line, naming the file."""
+
+
+def load_json(path, error=RunError, label=None):
+    """The JSON of a file, or one line (the `error` type) naming it: missing, or not valid JSON. The one loader of
+    the run's JSON (report.py's too)."""
+    label = label or path
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise error(f"{label}: missing (no such file {path})")
+    except json.JSONDecodeError as e:
+        raise error(f"{label}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); truncated?")
+
+
+def publish_folder(fill, out):
+    """Writes a folder atomically: `fill(tmp)` fills a temporary folder beside `out`, which then replaces `out`
+    (an existing one is moved aside first and removed after); on any failure nothing of it is left."""
+    parent = os.path.dirname(os.path.abspath(out)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out))}-", dir=parent)
+    os.chmod(tmp, 0o755)  # mkdtemp's 0700 would stay with the renamed folder
+    try:
+        fill(tmp)
+        if os.path.exists(out):
+            old = f"{out}.old.{os.getpid()}"
+            os.rename(out, old)
+            os.rename(tmp, out)
+            shutil.rmtree(old)
+        else:
+            os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+class Run:
+    """One run: .path, .bench (Google Benchmark JSON), .peak/.build/.accuracy/.claims (None when absent),
+    .samples {benchmark name: [seconds per call, one per repetition]}, .flops {name: FLOP per call},
+    .fingerprint (12 hex digits), .machine (its fields, for people), .stamp, .commit (build.json's, else
+    committed_in), .profile."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        if os.path.isdir(path):
+            # a run folder, or a run's data folder before its report exists (scripts/run)
+            data = path if os.path.isfile(os.path.join(path, "bench.json")) else os.path.join(path, "data")
+            if not os.path.isfile(os.path.join(data, "bench.json")):
+                raise RunError(f"{path}: not a run folder (no data/bench.json)")
+            self.bench = load_json(os.path.join(data, "bench.json"))
+            opt = lambda n: load_json(os.path.join(data, n)) if os.path.isfile(os.path.join(data, n)) else None
+            self.peak, self.build, self.accuracy, self.claims = (opt("peak.json"), opt("build.json"),
+                                                                 opt("accuracy.json"), opt("claims.json"))
+            self.stamp = os.path.basename(os.path.realpath(path))  # reports/latest: the run it points at
+        else:
+            self.bench = load_json(path)
+            self.peak = self.build = self.accuracy = self.claims = None
+            self.stamp = os.path.basename(path)
+        if not isinstance(self.bench, dict) or "benchmarks" not in self.bench or "context" not in self.bench:
+            raise RunError(f"{path}: not Google Benchmark JSON (no 'benchmarks' and 'context')")
+        self.samples, self.flops = {}, {}
+        for b in self.bench["benchmarks"]:
+            if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred") or "name" not in b:
+                continue
+            name = b.get("run_name", b["name"])
+            if isinstance(b.get("seconds_median"), (int, float)):
+                s = float(b["seconds_median"])
+            elif isinstance(b.get("real_time"), (int, float)):
+                s = float(b["real_time"]) * _UNIT.get(b.get("time_unit", "ns"), 1e-9)
+            else:
+                raise RunError(f"{path}: benchmark {name} has no time")
+            self.samples.setdefault(name, []).append(s)
+            if isinstance(b.get("FLOP/s"), (int, float)) and isinstance(b.get("seconds_per_call"), (int, float)):
+                self.flops[name] = b["FLOP/s"] * b["seconds_per_call"]
+        if not self.samples:
+            raise RunError(f"{path}: no benchmark that ran")
+        ctx = self.bench["context"]
+        self.profile = ctx.get("attn_profile", "?")
+        self.commit = (self.build or {}).get("commit") or committed_in(path)
+        self.machine = fingerprint_fields(self.peak, self.build, ctx)
+        self.fingerprint = hashlib.sha1(json.dumps(self.machine, sort_keys=True).encode()).hexdigest()[:12]
+
+    def peak_gflops(self, threads):
+        """This run's own measured fp32 FMA peak for a thread count (attn-lab peak), or None."""
+        if not self.peak:
+            return None
+        return self.peak["fp32_fma_gflops_core"] if threads == 1 else self.peak["fp32_fma_gflops_all"]
+
+
+def committed_in(path):
+    """For a run recorded before build.json had its commit: '~' and the commit that added the run's folder to
+    git (the run was made from the tree just before it), or 'unknown'."""
+    try:
+        real = os.path.realpath(path)
+        sha = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h", "-1", "--", real],
+                             cwd=os.path.dirname(real), capture_output=True, text=True,
+                             timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha = ""
+    return "~" + sha if sha else "unknown"
+
+
+def fingerprint_fields(peak, build, ctx):
+    """The machine and build a run ran on (peak.json, build.json, the benchmark context), without measured figures."""
+    peak, build = peak or {}, build or {}
+    blas = peak.get("blas") or ctx.get("blas") or "?"
+    core = re.search(r"core (\w+)", blas)
+    return {"cpu": peak.get("cpu") or ctx.get("host_name", "?"),
+            "cpu_flags": peak.get("cpu_flags", "?"),
+            "hardware_threads": peak.get("cores") or ctx.get("num_cpus"),
+            "simd": ctx.get("simd") or peak.get("simd", "?"),
+            "blas_core": core.group(1) if core else blas,
+            "compiler": build.get("compiler", "?"),
+            "flags": build.get("flags", "?")}
+
+
+def describe(machine):
+    simd = str(machine.get("simd", "?")).split(" (")[0]
+    return f"{machine.get('cpu')}, {machine.get('hardware_threads')} threads, {simd}, OpenBLAS core {machine.get('blas_core')}"
+
+
+def threads_of(name):
+    m = re.search(r"/threads:(\d+)", name)
+    return int(m.group(1)) if m else 1
