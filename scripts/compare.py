@@ -25,6 +25,10 @@ temporary folder renamed when complete (default DIR: compare-<A>-vs-<B>);
 an existing DIR is kept unless --force. Exit status: 0, or 1 when
 --fail-on-regression PCT is given and a significant slowdown larger than
 PCT percent exists, 2 for bad input (one line on stderr).
+
+examples:
+  attn-lab compare reports/runs/20261201-071503 reports/latest --across-machines --out across
+  attn-lab compare --help
 """
 import argparse
 import json

@@ -29,6 +29,10 @@ version is newer than its own, with one line saying so.
   samples(run_id, benchmark, repetition, seconds, flop_per_call, peak_gflops)   seconds: one repetition's median call
   accuracy(run_id, kind, point JSON, max_abs, tight_tolerance, within_tight, within)
   claims(run_id, claim, verdict)
+
+examples:
+  attn-lab history --benchmark attn_h8/streaming/fp32/causal:0/threads:1/n:4096/ --out history
+  attn-lab history append reports/runs/20261201-131420 --db mine.sqlite
 """
 import argparse
 import datetime
