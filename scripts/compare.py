@@ -156,6 +156,9 @@ def render(a, b, rows, tested, acc, claims, level, across, fail_pct):
                   "raw speed.", ""]
     else:
         lines += [f"Machine (both runs, fingerprint `{a.fingerprint}`): {runs.describe(a.machine)}.", ""]
+    peaks = lambda r: (f"{r.measured_peaks['fp32_fma_gflops_core']:.1f} GFLOP/s" if r.measured_peaks.get(  # noqa: E731
+        "fp32_fma_gflops_core") else "not recorded")
+    lines += [f"Measured one-thread fp32 FMA peak (attn-lab peak of each run): A {peaks(a)}, B {peaks(b)}.", ""]
     lines += [f"A: `{a.path}` (commit {a.commit}, profile {a.profile}); B: `{b.path}` (commit {b.commit}, profile "
               f"{b.profile}).", "",
               f"{len(rows)} benchmarks in both runs; {tested} with at least two repetitions on each side were tested. "

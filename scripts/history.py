@@ -25,7 +25,8 @@ folder renamed when complete.
 Schema (version 1; `meta.schema_version`): a tool refuses a store whose
 version is newer than its own, with one line saying so.
   meta(key PRIMARY KEY, value)
-  runs(run_id PRIMARY KEY, stamp, git_commit, fingerprint, machine JSON, profile, appended_at)
+  runs(run_id PRIMARY KEY, stamp, git_commit, fingerprint, machine JSON (the fingerprint's fields and the
+       run's measured peaks), profile, appended_at)
   samples(run_id, benchmark, repetition, seconds, flop_per_call, peak_gflops)   seconds: one repetition's median call
   accuracy(run_id, kind, point JSON, max_abs, tight_tolerance, within_tight, within)
   claims(run_id, claim, verdict)
@@ -111,7 +112,8 @@ def append(db, run):
     db.execute("BEGIN IMMEDIATE")
     try:
         db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                   (run.stamp, run.stamp, run.commit, run.fingerprint, json.dumps(run.machine, sort_keys=True),
+                   (run.stamp, run.stamp, run.commit, run.fingerprint,
+                    json.dumps(dict(run.machine, measured_peaks=run.measured_peaks), sort_keys=True),
                     run.profile, datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")))
         db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?, ?)",
                        [(run.stamp, name, i, s, run.flops.get(name), run.peak_gflops(runs.threads_of(name)))

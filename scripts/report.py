@@ -611,7 +611,9 @@ def accuracy_report(acc, folder):
     n_scale = max(q["n"] for q in pick(logit_scale=1000))
     f2 = panels("accuracy_scale.svg", "logit_scale", "logit scale", mask="none", n=n_scale, d=64)
 
-    lines = ["# Accuracy", "", f"![error vs n]({f1})", ""]
+    lines = ["# Accuracy", "", "Every error here is deterministic (fixed seeds, one evaluation of each point against the "
+             "50-digit reference where affordable): it carries no interval, unlike the timings.", "",
+             f"![error vs n]({f1})", ""]
     worst = {}
     for prec in precisions:
         s = pick(precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", logit_scale=1, d=64)

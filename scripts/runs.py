@@ -11,9 +11,9 @@ JSON without that counter. A run without repetitions has one sample per
 benchmark: no interval and no test can be drawn from it, and the tools say so.
 
 The fingerprint names the machine and the build, never the measured peaks
-(those vary from run to run on one machine): CPU model and flags, hardware
-threads, the vector kernels that ran, OpenBLAS's kernel, compiler and build
-flags. Two runs with the same fingerprint ran the same code paths on the
+(those vary from run to run on one machine; they are recorded beside it):
+CPU model and flags, hardware threads, the vector kernels that ran,
+OpenBLAS's kernel, compiler, build flags and library versions. Two runs with the same fingerprint ran the same code paths on the
 same kind of machine.
 """
 import hashlib
@@ -73,7 +73,7 @@ class Run:
     committed_in), .profile."""
 
     def __init__(self, path):
-        self.path = os.path.abspath(path)
+        self.path = path  # as given: reports name runs by their relative path
         if os.path.isdir(path):
             # a run folder, or a run's data folder before its report exists (scripts/run)
             data = path if os.path.isfile(os.path.join(path, "bench.json")) else os.path.join(path, "data")
@@ -111,6 +111,9 @@ class Run:
         self.commit = (self.build or {}).get("commit") or committed_in(path)
         self.machine = fingerprint_fields(self.peak, self.build, ctx)
         self.fingerprint = hashlib.sha1(json.dumps(self.machine, sort_keys=True).encode()).hexdigest()[:12]
+        # Recorded beside the fingerprint, not part of it: they vary from run to run on one machine.
+        self.measured_peaks = {k: v for k, v in (self.peak or {}).items() if k.endswith(("_gflops_core", "_gflops_all",
+                                                                                            "_gbs_core", "_gbs_all"))}
 
     def peak_gflops(self, threads):
         """This run's own measured fp32 FMA peak for a thread count (attn-lab peak), or None."""
@@ -143,7 +146,8 @@ def fingerprint_fields(peak, build, ctx):
             "simd": ctx.get("simd") or peak.get("simd", "?"),
             "blas_core": core.group(1) if core else blas,
             "compiler": build.get("compiler", "?"),
-            "flags": build.get("flags", "?")}
+            "flags": build.get("flags", "?"),
+            "libraries": build.get("libraries", "?")}
 
 
 def describe(machine):
