@@ -24,8 +24,8 @@ Benchmark's "ERROR OCCURRED"). One is not run, for a stated reason:
 `scripts/test` (this test is part of it). `scripts/run` runs with `--out`
 pointing into the scratch folder, so the committed reports/ are not touched,
 and, where the command names no profile, at `--profile smoke`: every step
-and the report, in about five minutes instead of the quick profile's twenty
-to forty (the measurement itself is what the committed run records;
+and the report, in about five minutes instead of the quick profile's fifty
+(the measurement itself is what the committed run records;
 report.py is tested on synthetic data by test_report.py, and
 readme_figures --check renders the committed quick run's figures).
 """
