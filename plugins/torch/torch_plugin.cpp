@@ -1,9 +1,9 @@
 // PyTorch's CPU attention as plugins (include/attn/plugin.h), through the
 // C++ library of Debian's libtorch-dev (1.13): two kernels,
-//   torch-math  S = scale Q K^T, P = softmax(S), O = P V in ATen's batched
-//               GEMM and softmax (at::baddbmm, at::_softmax, at::bmm: what
-//               at::matmul and at::softmax of nn.MultiheadAttention's path
-//               call), written into S and P buffers the plugin keeps between
+//   torch-math  S = (scale Q) K^T, P = softmax(S), O = P V in ATen's batched
+//               GEMM and softmax (Q scaled first as nn.MultiheadAttention
+//               does, then at::bmm, at::_softmax, at::bmm: what at::matmul
+//               and at::softmax call), written into S and P buffers the plugin keeps between
 //               calls of one shape and straight into the caller's O, so that
 //               its timings exclude allocation as the ABI promises (a plugin
 //               that allocated 2 n^2 scores per call would time the page
@@ -211,7 +211,7 @@ constexpr uint64_t kAcc = ATTN_CAP_ACC_FP64 | ATTN_CAP_ACC_FP32 | ATTN_CAP_ACC_S
 
 const attn_plugin kKernels[] = {
     {ATTN_PLUGIN_ABI_VERSION, "torch-math",
-     "PyTorch 1.13 CPU: at::baddbmm, at::_softmax, at::bmm (nn.MultiheadAttention's math path) into kept buffers, "
+     "PyTorch 1.13 CPU: Q * scale, at::bmm, at::_softmax, at::bmm (nn.MultiheadAttention's math path) into kept buffers, "
      "variants in ATen ops",
      kStorage | kAcc | kMasks | ATTN_CAP_GQA | ATTN_CAP_SOFTCAP | ATTN_CAP_SINKS | ATTN_CAP_ALIBI |
          ATTN_CAP_SEGMENTS | ATTN_CAP_LSE | ATTN_CAP_THREADS,
