@@ -34,6 +34,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <set>
@@ -540,6 +541,33 @@ std::string name_of(std::string_view family, std::string_view backend, std::stri
   return name;
 }
 
+// What scripts/run --plan needs of one benchmark (attn-bench --list-plan, one JSON line each): its name and
+// what its cost model (backend.hpp's flops, reference_cost) says of the timed call and of its verification.
+Json plan_entry(const std::string& name, std::string_view family, const BackendInfo& b, const PrecisionInfo& p,
+                const Point& pt, Pass pass) {
+  const Shape& s = pt.shape;
+  const double fwd = flops(s, pt.causal);
+  Shape checked = pass == Pass::forward ? verified_shape(pt) : s;
+  if (pass != Pass::forward) checked.heads = 1, checked.n_q = checked.n_kv = std::min<std::size_t>(s.n_q, 1024);
+  return {{"name", name},
+          {"family", family},
+          {"backend", b.name},
+          {"precision", p.name},
+          {"pass", pass == Pass::forward ? "forward" : pass == Pass::backward ? "backward" : "forward_backward"},
+          {"threads", pt.threads},
+          {"flops", pass == Pass::forward ? fwd : pass == Pass::backward ? backward_flops(s, pt.causal)
+                                                                         : fwd + backward_flops(s, pt.causal)},
+          {"verify_flops", flops(checked, pt.causal) * (pass == Pass::forward ? 1 : 3.5)},
+          {"verify_reference_cost", backends::reference_cost(checked) * (pass == Pass::forward ? 1 : 2.5)},
+          {"reference_budget", backends::reference_budget},
+          {"plugin", b.traits.plugin}};
+}
+
+// --names FILE: only these benchmarks are registered (a shard of a plan); --list-plan: none runs, each one's
+// plan_entry is printed.
+std::set<std::string> only_names;
+bool list_plan = false;
+
 void register_all(const Profile& prof) {
   std::set<std::string> names;
   for (const BackendInfo& b : all_backends())
@@ -551,6 +579,8 @@ void register_all(const Profile& prof) {
           if (b.traits.exact && backends::reference_cost(pt.shape) > backends::reference_budget) continue;
           const std::string name = name_of(s.family, b.name, p.name, pt);
           if (!names.insert(name).second) continue;  // two series may share a point
+          if (list_plan) std::printf("%s\n", dump(plan_entry(name, s.family, b, p, pt, s.pass)).c_str());
+          if (list_plan || (!only_names.empty() && !only_names.count(name))) continue;
           const bool cold = s.cold;
           const Pass pass = s.pass;
           benchmark::RegisterBenchmark(name.c_str(), [name, &b, &p, pt, cold, pass](benchmark::State& st) {
@@ -558,6 +588,9 @@ void register_all(const Profile& prof) {
           })->Unit(benchmark::kMillisecond);
         }
       }
+  for (const std::string& name : only_names)
+    if (!names.count(name))
+      throw Error("--names: no benchmark '" + name + "' in this profile and version (a plan made by another?)");
 }
 
 }  // namespace
@@ -568,6 +601,7 @@ int main(int argc, char** argv) {
   // Our flags, removed before Google Benchmark reads the rest.
   std::string profile_name = "quick";
   std::vector<std::string> plugins;  // --plugin PATH, repeatable: kernels of plugin libraries as backends
+  std::string names_file;         // --names FILE: one benchmark name per line, only these run
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -579,9 +613,16 @@ int main(int argc, char** argv) {
     if (const char* v = value("--profile")) profile_name = v;
     else if (const char* v = value("--plugin")) plugins.emplace_back(v);
     else if (const char* v = value("--memory-cap")) ::setenv("ATTN_MEMORY_CAP", v, 1);
+    else if (const char* v = value("--names")) names_file = v;
+    else if (a == "--list-plan") list_plan = true;
     else if (a == "--help") {
       std::printf(
-          "attn-bench [--profile smoke|quick|full] [--memory-cap BYTES] [--plugin PATH ...] [Google Benchmark flags]\n"
+          "attn-bench [--profile smoke|quick|full] [--memory-cap BYTES] [--plugin PATH ...] [--names FILE]\n"
+          "           [--list-plan] [Google Benchmark flags]\n"
+          "  --names FILE: only the benchmarks named in FILE (one per line; a shard of scripts/run --plan); a name\n"
+          "         this profile does not have is an error.\n"
+          "  --list-plan: run nothing; one JSON line per benchmark of the profile with its cost model's figures\n"
+          "         (FLOP of the timed call, of its verification, the 50-digit reference's cost): scripts/run --plan.\n"
           "  --plugin PATH: the kernels of a plugin library (include/attn/plugin.h) join every family their\n"
           "         traits fit; a point a kernel does not support is reported as an error 'not supported: ...'.\n"
           "  quick: fp32 at n = 1024, 4096 and d = 64, 128 (causal too at d = 64), fp32 at n = 256,\n"
@@ -615,7 +656,20 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   const Profile prof = profile(profile_name);
-  register_all(prof);
+  try {
+    if (!names_file.empty()) {
+      std::ifstream f(names_file);
+      if (!f) throw attn::Error("--names: cannot read '" + names_file + "'");
+      for (std::string line; std::getline(f, line);)
+        if (!line.empty()) only_names.insert(line);
+      if (only_names.empty()) throw attn::Error("--names: '" + names_file + "' names no benchmark");
+    }
+    register_all(prof);
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "attn-bench: %s\n", e.what());
+    return 2;
+  }
+  if (list_plan) return 0;
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;

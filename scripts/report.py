@@ -28,7 +28,10 @@ import html_page  # noqa: E402
 import runs  # noqa: E402
 import stats  # noqa: E402
 
-INPUTS = ["peak.json", "bench.json", "accuracy.json", "entropy.json", "claims.json", "build.json"]
+INPUTS = ["peak.json", "bench.json", "build.json"]
+# Inputs a sweep's merge may lack when the shard that ran them did not complete: each report needing one says
+# so in its place (the index names the shard).
+SWEEP_INPUTS = ["accuracy.json", "entropy.json", "claims.json"]
 # Optional inputs of index.html (scripts/html_page.py collect writes them).
 PAGE_INPUTS = ["heatmaps.json", "explorer.json"]
 # Optional inputs of the reports: attn-lab verify's verdicts (a list), when scripts/run verified plugins.
@@ -124,6 +127,7 @@ def bench_rows(bench):
         meta["samples"] = [b["seconds_median"] if isinstance(b.get("seconds_median"), (int, float))
                            else b["seconds_per_call"] for b in reps]
         meta["repetitions"] = len(reps)
+        meta["name"] = name
         meta["seconds_per_call"] = stats.median([b["seconds_per_call"] for b in reps])
         meta["FLOP/s"] = meta["flop_per_call"] / meta["seconds_per_call"]
         for k in ("seconds_median", "seconds_p10", "seconds_p90"):
@@ -1006,8 +1010,17 @@ class Report:
     its line in index.md all follow from this entry; `make(data, folder)`
     returns (Markdown, readings for the index)."""
 
-    def __init__(self, name, summary, make):
-        self.name, self.summary, self.make = name, summary, make
+    def __init__(self, name, summary, make, needs=()):
+        self.name, self.summary, self.make, self.needs = name, summary, make, needs
+
+    def text(self, data, folder):
+        """The report, or where an input it needs is absent (a sweep's shard that did not complete) a page
+        saying so."""
+        absent = [n for n in self.needs if n not in data]
+        if absent:
+            return (f"# {self.name}\n\nNot in this run: {', '.join(absent)} is missing, since the shard of the "
+                    "sweep that ran it did not complete (the index names it).\n", [])
+        return self.make(data, folder)
 
 
 # The reports, in the order of the index and the page. Adding a report is one entry here.
@@ -1022,21 +1035,23 @@ REPORTS = [
     Report("variants", "grouped-query heads, soft-cap, sinks, ALiBi, documents: cost and error; decode bandwidth",
            lambda d, folder: variants_report(bench_rows(d["bench.json"]), d["peak.json"], folder)),
     Report("accuracy", "error vs n, logit scale, precision and accumulation",
-           lambda d, folder: accuracy_report(d["accuracy.json"], folder)),
-    Report("entropy", "EXAMPLES.md E7", lambda d, folder: entropy_report(d["entropy.json"], folder)),
+           lambda d, folder: accuracy_report(d["accuracy.json"], folder), ["accuracy.json"]),
+    Report("entropy", "EXAMPLES.md E7", lambda d, folder: entropy_report(d["entropy.json"], folder), ["entropy.json"]),
     Report("claims", "the claims ledger, each claim with its criterion and verdict",
-           lambda d, folder: claims_report(d["claims.json"], folder)),
+           lambda d, folder: claims_report(d["claims.json"], folder), ["claims.json"]),
     Report("plugins", "kernels from plugin libraries (PyTorch's among them): verify's verdicts, speed beside ours, accuracy",
            lambda d, folder: plugins_report(bench_rows(d["bench.json"]), d["bench.json"], d["accuracy.json"],
-                                            d.get("verdicts.json"), folder)),
+                                            d.get("verdicts.json"), folder), ["accuracy.json"]),
 ]
 
 
-def index_report(peak, build, bench, command, stamp, readings, previous=None):
+def index_report(peak, build, bench, command, stamp, readings, previous=None, sweep=None):
     ctx = bench["context"]
     lines = [f"# attention-lab run {stamp}", "", f"Command: `{command}`" + (f" (steps before the report: {build['run_seconds'] // 60} min "
-                                                                 f"{build['run_seconds'] % 60} s)" if build.get("run_seconds") else ""), "",
-             "## Machine", "",
+                                                                 f"{build['run_seconds'] % 60} s)" if build.get("run_seconds") else ""), ""]
+    if sweep:
+        lines += ["## Sweep", ""] + sweep + [""]
+    lines += ["## Machine", "",
              f"- CPU: {peak.get('cpu')} ({peak.get('cores')} hardware threads); vector kernels (every backend and "
              f"the FMA probe): {ctx.get('simd', peak.get('simd'))}",
              f"- CPU flags: {peak.get('cpu_flags', 'not recorded')}",
@@ -1065,41 +1080,52 @@ def index_report(peak, build, bench, command, stamp, readings, previous=None):
     return "\n".join(lines) + "\n"
 
 
-def make_report(data_dir, out_root, command, stamp=None, previous=None):
-    stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+def render_run(data_dir, folder, command, stamp, previous=None, sweep=None):
+    """Fills `folder` with one run's reports, index (md, html) and data/ from the JSON in data_dir; returns the
+    index's readings. `sweep`: the sweep's lines for the index (scripts/sweep.py merge)."""
     data = {name: load(data_dir, name) for name in INPUTS}
-    data.update({n: load(data_dir, n) for n in OPTIONAL_INPUTS if os.path.exists(os.path.join(data_dir, n))})
+    data.update({n: load(data_dir, n) for n in SWEEP_INPUTS + OPTIONAL_INPUTS
+                 if os.path.exists(os.path.join(data_dir, n))})
     peak, bench, build = data["peak.json"], data["bench.json"], data["build.json"]
     require(peak, ["fp32_fma_gflops_core", "fp32_fma_gflops_all", "fp64_fma_gflops_core", "fp64_fma_gflops_all",
                    "sgemm_gflops_1024", "sgemm_gflops_2048", "dgemm_gflops_1024", "dgemm_gflops_2048",
                    "triad_gbs_core", "triad_gbs_all"], "peak.json")
     require(bench, ["benchmarks", "context"], "bench.json")
     require(bench["context"], ["backend_traits"], "bench.json context")
+    if sweep is None:  # a single run has every input
+        for name in SWEEP_INPUTS:
+            if name not in data:
+                load(data_dir, name)  # the missing file's one-line error
+    os.makedirs(os.path.join(folder, "data"), exist_ok=True)
+    texts, readings = {}, []
+    for r in REPORTS:
+        texts[r.name], more = r.text(data, folder)
+        readings += more
+    index_text = index_report(peak, build, bench, command, stamp, readings, previous, sweep)
+    for name, text in list(texts.items()) + [("index", index_text)]:
+        with open(os.path.join(folder, name + ".md"), "w") as f:
+            f.write(text)
+    pages = [("index", "run", index_text)] + [(r.name, r.name, texts[r.name]) for r in REPORTS]
+    extra = {n: load(data_dir, n) for n in PAGE_INPUTS if os.path.exists(os.path.join(data_dir, n))}
+    html_page.render(folder, stamp, command, pages, bench, peak, extra.get("heatmaps.json"), extra.get("explorer.json"))
+    for name in list(extra) + [n for n in INPUTS + SWEEP_INPUTS + OPTIONAL_INPUTS if n in data]:
+        shutil.copy(os.path.join(data_dir, name), os.path.join(folder, "data", name))
+    return readings
 
-    runs = os.path.join(out_root, "runs")
-    os.makedirs(runs, exist_ok=True)
-    final = os.path.join(runs, stamp)
+
+def publish_run(fill, out_root, stamp):
+    """out_root/runs/<stamp>/ through a temporary folder `fill(tmp)` fills (renamed when complete: an interrupted
+    or failed report leaves nothing), then out_root/latest pointing at it. Returns the folder."""
+    runs_dir = os.path.join(out_root, "runs")
+    os.makedirs(runs_dir, exist_ok=True)
+    final = os.path.join(runs_dir, stamp)
     if os.path.exists(final):
         raise ReportError(f"{final} exists already; nothing was overwritten")
-    tmp = os.path.join(runs, f".incomplete-{stamp}")
+    tmp = os.path.join(runs_dir, f".incomplete-{stamp}")
     shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.join(tmp, "data"))
+    os.makedirs(tmp)
     try:
-        texts, readings = {}, []
-        for r in REPORTS:
-            texts[r.name], more = r.make(data, tmp)
-            readings += more
-        index_text = index_report(peak, build, bench, command, stamp, readings, previous)
-        for name, text in list(texts.items()) + [("index", index_text)]:
-            with open(os.path.join(tmp, name + ".md"), "w") as f:
-                f.write(text)
-        pages = [("index", "run", index_text)] + [(r.name, r.name, texts[r.name]) for r in REPORTS]
-        extra = {n: load(data_dir, n) for n in PAGE_INPUTS if os.path.exists(os.path.join(data_dir, n))}
-        html_page.render(tmp, stamp, command, pages, bench, peak, extra.get("heatmaps.json"), extra.get("explorer.json"))
-        for name in extra:
-            shutil.copy(os.path.join(data_dir, name), os.path.join(tmp, "data", name))
-        for name in INPUTS + [n for n in OPTIONAL_INPUTS if n in data]:
-            shutil.copy(os.path.join(data_dir, name), os.path.join(tmp, "data", name))
+        fill(tmp)
         os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -1110,7 +1136,49 @@ def make_report(data_dir, out_root, command, stamp=None, previous=None):
         os.remove(link_tmp)
     os.symlink(os.path.join("runs", stamp), link_tmp)
     os.replace(link_tmp, latest)
+    return final
+
+
+def make_report(data_dir, out_root, command, stamp=None, previous=None, sweep=None):
+    stamp = stamp or datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    readings = []
+    final = publish_run(lambda tmp: readings.extend(render_run(data_dir, tmp, command, stamp, previous, sweep)),
+                        out_root, stamp)
     return final, readings
+
+
+def make_machines_report(machines, out_root, command, stamp, sweep, cross_lines):
+    """A sweep whose shards ran on several kinds of machine: a whole report per machine type under
+    machines/<fingerprint>/ (against its own measured peak), and an index with the sweep, the machine types and
+    the cross-machine table (`cross_lines`, fractions of each machine's own peak). `machines`: (fingerprint,
+    data folder, shard records)."""
+    readings = []
+
+    def fill(tmp):
+        lines = [f"# attention-lab sweep {stamp}", "", f"Command: `{command}`", "", "## Sweep", ""] + sweep + [
+            "", "## Machine types", "",
+            f"The shards ran on {len(machines)} kinds of machine (scripts/runs.py's fingerprint: CPU, flags, vector "
+            "kernels, OpenBLAS core, compiler, libraries). Each has its own section, a whole report against the peak "
+            "measured on it; a benchmark ran on one kind only, so no section has every benchmark.", ""]
+        for fp, data_dir, recs in machines:
+            folder = os.path.join(tmp, "machines", fp)
+            more = render_run(data_dir, folder, command, f"{stamp} / machine {fp}", sweep=[
+                f"One machine type of sweep {stamp}: shards {', '.join(str(r['shard']) for r in recs)} "
+                "([the sweep](../../index.md))."])
+            readings.extend(f"{fp}: {r}" for r in more)
+            peak = load(data_dir, "peak.json")
+            lines.append(f"- [{fp}](machines/{fp}/index.md): {runs.describe(recs[0]['machine'])}; shards "
+                         f"{', '.join(str(r['shard']) for r in recs)}; measured fp32 FMA peak "
+                         f"{peak['fp32_fma_gflops_core']:.1f} GFLOP/s one thread, {peak['fp32_fma_gflops_all']:.1f} all")
+        lines += ["", "## Across machines", "",
+                  "Each benchmark's median rate over the peak measured on the machine it ran on (fp32 FMA; fp64 FMA "
+                  "for fp64; one thread's or all threads' by the benchmark's thread count).", ""] + cross_lines
+        text = "\n".join(lines) + "\n"
+        with open(os.path.join(tmp, "index.md"), "w") as f:
+            f.write(text)
+        html_page.standalone(tmp, "index.html", f"attention-lab sweep {stamp}", text)
+
+    return publish_run(fill, out_root, stamp), readings
 
 
 def main(argv=None):

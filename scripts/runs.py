@@ -110,7 +110,7 @@ class Run:
         self.profile = ctx.get("attn_profile", "?")
         self.commit = (self.build or {}).get("commit") or committed_in(path)
         self.machine = fingerprint_fields(self.peak, self.build, ctx)
-        self.fingerprint = hashlib.sha1(json.dumps(self.machine, sort_keys=True).encode()).hexdigest()[:12]
+        self.fingerprint = fingerprint_of(self.machine)
         # Recorded beside the fingerprint, not part of it: they vary from run to run on one machine.
         self.measured_peaks = {k: v for k, v in (self.peak or {}).items() if k.endswith(("_gflops_core", "_gflops_all",
                                                                                             "_gbs_core", "_gbs_all"))}
@@ -148,6 +148,11 @@ def fingerprint_fields(peak, build, ctx):
             "compiler": build.get("compiler", "?"),
             "flags": build.get("flags", "?"),
             "libraries": build.get("libraries", "?")}
+
+
+def fingerprint_of(machine):
+    """The 12 hex digits naming a machine's fingerprint_fields."""
+    return hashlib.sha1(json.dumps(machine, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def describe(machine):

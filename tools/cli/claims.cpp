@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
+#include <sstream>
 
 #include "attn/alloc_counter.hpp"
 #include "attn/npy.hpp"
@@ -22,17 +24,25 @@ int run(const Args& args) {
   cfg.heap_reset = [&] { watch = heap::Watch{}; };
   cfg.heap_peak_growth = [&] { return watch.peak_growth(); };
   const auto& all = claims::all_claims();
-  const std::string only = args.str("--only");
-  if (!only.empty() && std::none_of(all.begin(), all.end(), [&](const auto& c) { return c.id == only; })) {
-    std::string ids;
-    for (const auto& c : all) ids += (ids.empty() ? "" : ", ") + std::string(c.id);
-    throw Error("no claim '" + only + "' (known: " + ids + ")");
+  if (args.flag("--list")) {  // the ids, one per line (scripts/run --plan)
+    for (const auto& c : all) std::printf("%s\n", std::string(c.id).c_str());
+    return 0;
+  }
+  std::set<std::string> only;  // --only ID[,ID...]
+  std::stringstream list(args.str("--only"));
+  for (std::string id; std::getline(list, id, ',');) {
+    if (std::none_of(all.begin(), all.end(), [&](const auto& c) { return c.id == id; })) {
+      std::string ids;
+      for (const auto& c : all) ids += (ids.empty() ? "" : ", ") + std::string(c.id);
+      throw Error("no claim '" + id + "' (known: " + ids + ")");
+    }
+    only.insert(id);
   }
   Json j = {{"kind", "claims"}, {"profile", cfg.profile}, {"claims", Json::array()}};
   std::size_t index = 0;
   for (const auto& c : all) {
     ++index;
-    if (!only.empty() && c.id != only) continue;
+    if (!only.empty() && !only.count(std::string(c.id))) continue;
     std::fprintf(stderr, "[%zu/%zu] claim %s\n", index, all.size(), std::string(c.id).c_str());
     const auto t0 = std::chrono::steady_clock::now();
     const claims::Verdict v = c.run(cfg);
@@ -51,13 +61,14 @@ int run(const Args& args) {
 
 extern const Command claims_command = {
     "claims",
-    "  attn-lab claims [--only ID] [--profile smoke|quick|full] [--json] [--out FILE.json]\n"
+    "  attn-lab claims [--only ID[,ID...]] [--profile smoke|quick|full] [--json] [--out FILE.json] | --list\n"
     "                             the claims ledger: each published claim run as an experiment\n"
     "                             against its pre-registered criterion; verdict table (or JSON)\n",
     R"(attn-lab claims: the claims ledger. Each claim (tools/claims/, one file each with its source,
 quote, experiment and criterion) runs as an experiment; the verdict is holds, does not hold or
 inconclusive, with the numbers.
-  --only ID                 one claim (ids: see the table)
+  --only ID[,ID...]         these claims only (ids: see the table, or --list)
+  --list                    run nothing: the claims' ids, one per line
   --profile smoke|quick|full  the experiments' sizes (default quick)
   --json                    the ledger as JSON on stdout instead of the table
   --out FILE.json           the ledger as JSON into FILE (atomically; --force replaces it)
@@ -67,7 +78,7 @@ examples:
   attn-lab claims --profile smoke --json
 )",
     {"--only", "--profile", "--out"},
-    {"--json", "--force"},
+    {"--json", "--force", "--list"},
     run};
 
 }  // namespace attn::cli

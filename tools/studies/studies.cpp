@@ -28,6 +28,7 @@ std::vector<AccuracyProblem> accuracy_problems(const std::string& profile) {
           problems.push_back({n, d, causal, scale, profile == "full" || n <= 256 || (scale == 1.0 && !causal)});
   if (profile == "quick")
     for (std::size_t d : {16, 256}) problems.push_back({256, d, false, 1.0});
+  for (std::size_t i = 0; i < problems.size(); ++i) problems[i].index = i;
   return problems;
 }
 
@@ -36,7 +37,7 @@ namespace {
 // What every accuracy point starts with: who computed what on which problem.
 Json problem_fields(std::string_view backend, std::string_view precision, std::string_view accumulate,
                     const AccuracyProblem& pr) {
-  return {{"backend", backend}, {"precision", precision},   {"accumulate", accumulate},
+  return {{"problem", pr.index}, {"backend", backend}, {"precision", precision}, {"accumulate", accumulate},
           {"n", pr.n},          {"d", pr.d},                {"mask", pr.causal ? "causal" : "none"},
           {"logit_scale", pr.logit_scale}};
 }
@@ -114,17 +115,24 @@ void gradient_points(Json& out, std::string_view backend, std::string_view preci
 Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress& progress) {
   const auto start = std::chrono::steady_clock::now();
   Json json = {{"kind", "accuracy"}, {"points", Json::array()}, {"gradient_points", Json::array()},
-               {"not_supported", Json::array()}};
+               {"not_supported", Json::array()}, {"problem_seconds", Json::array()}};
+  auto problem_start = start;
   for (std::size_t p = 0; p < problems.size(); ++p) {
+    if (p > 0) {  // the previous problem's wall time: what scripts/sweep.py calibrate fits its cost model to
+      const auto now = std::chrono::steady_clock::now();
+      json["problem_seconds"].push_back({{"problem", problems[p - 1].index},
+                                         {"seconds", std::chrono::duration<double>(now - problem_start).count()}});
+      problem_start = now;
+    }
     const AccuracyProblem& pr = problems[p];
     const Shape shape{1, 1, pr.n, pr.n, pr.d, pr.d};
     Options opt;
     if (pr.causal) opt.mask = mask::Causal{};
-    const Inputs<double> in = random_inputs(shape, 1000 + p, pr.logit_scale);
+    const Inputs<double> in = random_inputs(shape, 1000 + pr.index, pr.logit_scale);
     if (progress) {
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::ostringstream o;
-      o << "accuracy: problem " << p + 1 << " of " << problems.size() << " (n=" << pr.n << " d=" << pr.d
+      o << "accuracy: problem " << p + 1 << " of " << problems.size() << " (index " << pr.index << ", n=" << pr.n << " d=" << pr.d
         << (pr.causal ? " causal" : "") << " logit scale " << pr.logit_scale << "), " << int(t) << " s so far";
       progress(o.str());
     }
@@ -148,7 +156,7 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
       }
       // The backward pass: every backend that has one, dO from seed 2000 + index.
       if (!pr.backward) continue;
-      const xt::xtensor<double, 4> d_out = random_d_out(shape, 2000 + p);
+      const xt::xtensor<double, 4> d_out = random_d_out(shape, 2000 + pr.index);
       const BackwardReport first =
           baseline_backend().run_backward(precision.name, precision.default_accumulate, in, d_out, opt);
       const GradientTruth g_truth = gradient_truth(first.forward.rounded_inputs, first.rounded_d_out, opt);
@@ -189,6 +197,10 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
       }
     }
   }
+  if (!problems.empty())
+    json["problem_seconds"].push_back(
+        {{"problem", problems.back().index},
+         {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - problem_start).count()}});
   return json;
 }
 

@@ -19,16 +19,19 @@ struct AccuracyProblem {
   bool causal = false;
   double logit_scale = 1;
   bool backward = false;  // also the gradients (accuracy_sweep's gradient_points)
+  std::size_t index = 0;  // its place in its profile's list: its seeds (1000 + index, 2000 + index) and its name
 };
 
 // "quick": n = 16 ... 1024 at d = 64, none/causal, logit scales 1, 10, 100,
 // 1000, plus d = 16 and 256 at n = 256; "full": n = 16 ... 4096, d = 32,
 // 64, 128. The gradients too: quick at n <= 256 and at n = 1024 with unit
 // logits and no mask, full everywhere. Throws Error for another name.
+// Each problem's index is its place in the list, so a subset (a shard of a
+// plan) computes exactly the points the whole sweep would.
 std::vector<AccuracyProblem> accuracy_problems(const std::string& profile);
 
 // Every registered backend except the reference, every precision and
-// policy, on each problem (seeded 1000 + index), against the ground truth of
+// policy, on each problem (seeded 1000 + its index), against the ground truth of
 // the inputs rounded to that precision; plus emulated FP8 (e4m3, e5m2):
 // inputs and output quantised with a power-of-two scale per tensor, the
 // backend computing in fp32. The backward pass of every backend that has
