@@ -266,8 +266,10 @@ def summary_lines(plan):
 
 
 def cmd_plan(args):
+    if args.profile not in PROFILES:
+        raise SweepError(f"--profile must be one of {', '.join(PROFILES)}, not '{args.profile}'")
     check_binaries()
-    plugins = default_plugins() + [os.path.abspath(p) for p in args.plugin]
+    plugins = list(dict.fromkeys(os.path.realpath(p) for p in default_plugins() + args.plugin))
     for p in plugins:
         if not os.path.isfile(p):
             raise SweepError(f"plugin '{p}': no such file")

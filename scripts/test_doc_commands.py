@@ -11,7 +11,7 @@ Commands come from
     environment; a value starting with build/ points into BUILD, as such
     arguments do) and /usr/bin/python3 (a trailing backslash continues the line);
   - `attn-lab --help` and `attn-lab COMMAND --help` for every command it
-    lists, `attn-bench --help` and `scripts/run --help`: the indented lines
+    lists, `attn-bench --help`, `scripts/run --help` and `scripts/slurm/submit --help`: the indented lines
     under an "examples:" heading.
 Each runs in a fresh folder, after the input files it names are written by
 NumPy with the shapes the command implies (.npy tensors, masks, a PyTorch
@@ -24,7 +24,10 @@ Benchmark's "ERROR OCCURRED"). One is not run, for a stated reason:
 `scripts/test` (this test is part of it). `scripts/run` runs with `--out`
 pointing into the scratch folder, so the committed reports/ are not touched,
 and, where the command names no profile, at `--profile smoke`: every step
-and the report, in about five minutes instead of the quick profile's fifty
+and the report, in about five minutes instead of the quick profile's fifty;
+its sweep commands (--plan, --shard, --merge) share one scratch folder per
+named folder, in the order given, and `scripts/slurm/submit` runs with
+`--dry-run` (test_slurm submits to a real Slurm)
 (the measurement itself is what the committed run records;
 report.py is tested on synthetic data by test_report.py, and
 readme_figures --check renders the committed quick run's figures).
@@ -32,6 +35,7 @@ readme_figures --check renders the committed quick run's figures).
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +49,7 @@ PROGRAMS = {
     "attn-lab": [os.path.join(BUILD, "tools", "attn-lab")],
     "attn-bench": [os.path.join(BUILD, "bench", "attn-bench")],
     "scripts/run": [os.path.join(SRC, "scripts", "run")],
+    "scripts/slurm/submit": [os.path.join(SRC, "scripts", "slurm", "submit")],
     "props": [os.path.join(BUILD, "proptests", "props")],
     "cc": ["cc"],  # a plugin's build line: source paths point into SOURCE_ROOT
 }
@@ -54,6 +59,7 @@ NOT_RUN = {"scripts/test": "the test suite itself runs this test"}
 # (a benchmark point a plugin does not support is reported as such, not an error)
 ERROR_LINE = re.compile(r"^(attn-lab:|attn-bench:|scripts/run:|Traceback|.*ERROR OCCURRED(?!: 'not supported: ))")
 SEED = 20261130
+SWEEPS = tempfile.mkdtemp(prefix="attn-doc-sweeps-")  # removed by main
 
 
 def program_of(word):
@@ -132,6 +138,7 @@ def help_commands():
         found += help_examples(f"attn-lab {name} --help", help_of([lab, name, "--help"]))
     found += help_examples("attn-bench --help", help_of(PROGRAMS["attn-bench"] + ["--help"]))
     found += help_examples("scripts/run --help", help_of(PROGRAMS["scripts/run"] + ["--help"]))
+    found += help_examples("scripts/slurm/submit --help", help_of(PROGRAMS["scripts/slurm/submit"] + ["--help"]))
     return found, sorted(set(names))
 
 
@@ -228,7 +235,14 @@ def run_command(origin, text, failures):
         if name == "cc":
             args = source_paths(args)
         env = {k: os.path.join(BUILD, v[len("build/"):]) if v.startswith("build/") else v for k, v in env.items()}
-        if name == "scripts/run":
+        sweep_mode = name == "scripts/run" and {"--plan", "--shard", "--merge"} & set(args)
+        if sweep_mode:  # a sweep's commands share their folder, in SWEEPS, in the order the README gives them
+            args = [os.path.join(SWEEPS, os.path.basename(a.rstrip("/"))) if i > 0 and args[i - 1] in ("--out", "--merge")
+                    else a for i, a in enumerate(args)]
+        elif name == "scripts/slurm/submit":  # written and planned, not submitted (test_slurm submits to a real Slurm)
+            args = args + ["--dry-run", "--out", os.path.join(work, "sweep")]
+            text += "  [--dry-run]"
+        elif name == "scripts/run":
             args = args + ["--out", os.path.join(work, "reports")]
             if "--profile" not in args:
                 args += ["--profile", "smoke"]
@@ -268,6 +282,7 @@ def main():
             continue
         run_command(origin, text, failures)
     print(f"{len(seen)} distinct commands, {len(failures)} failed")
+    shutil.rmtree(SWEEPS, ignore_errors=True)
     sys.exit(1 if failures else 0)
 
 
