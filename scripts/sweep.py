@@ -112,11 +112,25 @@ def check_binaries():
     for path in (BENCH, LAB):
         if not os.access(path, os.X_OK):
             raise SweepError(f"{os.path.relpath(path, ROOT)} is not built (scripts/setup.sh builds it)")
-    opts = json.loads(output(["meson", "introspect", os.path.join(ROOT, "build"), "--buildoptions"]) or "[]")
-    if any(o["name"] == "native" and o["value"] for o in opts):
+    if build_options().get("native"):
         raise SweepError("build/ is configured with -Dnative=true: its binaries may die with an illegal instruction "
                          "on another kind of node; reconfigure with -Dnative=false (the default: one portable "
                          "binary that picks its vector kernels at run time)")
+
+
+def build_options():
+    """build/'s meson options, from the file meson writes (a compute node need not have meson)."""
+    path = os.path.join(ROOT, "build", "meson-info", "intro-buildoptions.json")
+    return {o["name"]: o["value"] for o in runs.load_json(path, SweepError, "build/'s meson options")}
+
+
+def the_build():
+    """What built the binaries every shard runs, recorded once in the plan (on the node that built them)."""
+    compiler = subprocess.run(["g++", "--version"], capture_output=True, text=True).stdout.splitlines()
+    val = build_options()
+    return {"compiler": compiler[0] if compiler else "unknown",
+            "flags": f"-std={val.get('cpp_std')} buildtype={val.get('buildtype')} native={val.get('native')} "
+                     "(-march=native; false: portable, vector kernels chosen at run time)"}
 
 
 # --- The cost model ---------------------------------------------------------------------------------------
@@ -221,11 +235,12 @@ def make_plan(profile, shards, plugins):
         i = min(range(shards), key=lambda k: (load[k], k))
         placed[i].append(it)
         load[i] += it["seconds"]
-    version = commit()
+    version, build = commit(), the_build()
     lines = []
     for i in range(shards):
         mine = sorted(placed[i], key=lambda it: order[(it["kind"], it["key"])])
-        lines.append({"shard": i, "of": shards, "profile": profile, "commit": version, "plugins": plugins,
+        lines.append({"shard": i, "of": shards, "profile": profile, "commit": version, "build": build,
+                      "plugins": plugins,
                       "estimated_seconds": round(load[i], 1),
                       "bench": [it["key"] for it in mine if it["kind"] == "bench"],
                       "accuracy": [it["key"] for it in mine if it["kind"] == "accuracy"],
@@ -295,22 +310,14 @@ def shard_path(folder, i):
     return os.path.join(folder, "shards", f"shard-{i:04d}.json")
 
 
-def build_info():
-    """The build the shard ran (the report's build.json): compiler, flags, library versions, commit."""
-    def out(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
-        except Exception as e:  # noqa: BLE001 -- recorded, never fatal
-            return f"unknown ({e})"
-    opts = json.loads(out(["meson", "introspect", os.path.join(ROOT, "build"), "--buildoptions"]) or "[]")
-    val = {o["name"]: o["value"] for o in opts}
+def build_info(line):
+    """The report's build.json for a shard: the plan's build (compiler, flags, commit) and the library versions
+    installed on this node (the ones the binary loads here)."""
     pkgs = ["libxtensor-dev", "libxtensor-blas-dev", "libxsimd-dev", "libopenblas0-pthread", "libbenchmark-dev",
             "librapidcheck-dev", "libboost-dev", "python3-matplotlib"]
-    versions = out(["dpkg-query", "-W", "-f", "${Package} ${Version}, "] + pkgs).rstrip(", ")
-    return {"compiler": out(["g++", "--version"]).splitlines()[0],
-            "flags": f"-std={val.get('cpp_std')} buildtype={val.get('buildtype')} native={val.get('native')} "
-                     "(-march=native; false: portable, vector kernels chosen at run time)",
-            "libraries": versions, "commit": commit()}
+    r = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}, "] + pkgs, capture_output=True, text=True)
+    return {**line["build"], "libraries": r.stdout.strip().rstrip(",") if r.returncode == 0 else "unknown",
+            "commit": line["commit"]}
 
 
 class StepFailed(Exception):
@@ -428,7 +435,7 @@ def cmd_shard(args):
             fn()
             timings.append({"step": name, "seconds": round(time.monotonic() - t0, 1)})
         with open(os.path.join(data, "build.json"), "w") as f:
-            json.dump(build_info(), f)
+            json.dump(build_info(line), f)
         record["machine"], record["fingerprint"] = machine_of(data)
         record["status"] = "complete"
         record["steps"] = timings
