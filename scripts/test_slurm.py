@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -206,12 +207,32 @@ def test_grouping(work, out):
                   f"the cross-machine table has each benchmark once, on the machine it ran on ({len(cross)} rows)")
     checks.record("Simulated CPU" in open(os.path.join(two, "latest", "machines", rec["fingerprint"],
                                                        "index.md")).read(), "the simulated machine's own section")
+    good = dict(rec)
     rec["plan"] = "000000000000"
     json.dump(rec, open(path, "w"))
     r = run(sys.executable, "scripts/sweep.py", "merge", two)
     index = open(os.path.join(two, "latest", "index.md")).read()
     checks.record(r.returncode == 1 and "shard 2 of 4: **stale**" in index,
                   f"a shard of another plan is named stale and the merge exits 1 ({r.returncode})")
+    failed = {k: v for k, v in good.items() if k != "data"}
+    failed.update(status="failed", error="claims: attn-lab claims ... exited 1")
+    json.dump(failed, open(path, "w"))
+    r = run(sys.executable, "scripts/sweep.py", "merge", two)
+    index = open(os.path.join(two, "latest", "index.md")).read()
+    checks.record(r.returncode == 1 and "shard 2 of 4: **failed** (claims: attn-lab claims ... exited 1)" in index,
+                  f"a failed shard is named with its error and the merge exits 1 ({r.returncode})")
+    # A shard complete under another plan id is run again, not skipped: its first progress line is a step.
+    rec["status"] = "complete"
+    json.dump(rec, open(path, "w"))
+    scratch = os.path.join(work, "tmp")  # the killed shard's scratch folder goes with the test's
+    os.makedirs(scratch)
+    p = subprocess.Popen([sys.executable, "scripts/sweep.py", "shard", "2/4", "--out", two], cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         env=dict(os.environ, TMPDIR=scratch))
+    first = p.stderr.readline()
+    os.killpg(p.pid, signal.SIGKILL)  # the shard and the tool it started
+    p.wait()
+    checks.record(first.startswith("[shard 2/4 step 1/"), f"a result of another plan is not skipped ({first!r})")
 
 
 def main():

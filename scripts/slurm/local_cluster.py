@@ -163,3 +163,26 @@ PartitionName={self.PARTITION} Nodes={self.NODE} Default=YES MaxTime=INFINITE St
         if self.dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+
+def main(argv):
+    """local_cluster.py COMMAND...: runs COMMAND with a local cluster up (SLURM_CONF set), waits until the queue
+    is empty, prints the time from the command's start and stops the cluster."""
+    import sys
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: local_cluster.py COMMAND [ARG...]  (e.g. scripts/slurm/submit --profile smoke --shards 4 "
+              "--out /tmp/sweep)")
+        return 0 if argv else 2
+    with LocalCluster() as c:
+        t0 = time.monotonic()
+        status = subprocess.run(argv, env=c.env).returncode
+        while c.run("squeue", "-h").stdout.strip():
+            time.sleep(1)
+        print(f"local_cluster: '{' '.join(argv)}' exited {status}; queue empty after "
+              f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
+    return status
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main(sys.argv[1:]))
