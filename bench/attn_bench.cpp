@@ -547,6 +547,10 @@ Json plan_entry(const std::string& name, std::string_view family, const BackendI
                 const Point& pt, Pass pass) {
   const Shape& s = pt.shape;
   const double fwd = flops(s, pt.causal);
+  // A point no accumulation policy of the backend supports skips at once (prepare_forward): nearly free.
+  bool supported = pass != Pass::forward;
+  for (Accumulate acc : accumulate_policies())
+    supported = supported || b.unsupported_reason(p, acc, s, options_of(pt)).empty();
   Shape checked = pass == Pass::forward ? verified_shape(pt) : s;
   if (pass != Pass::forward) checked.heads = 1, checked.n_q = checked.n_kv = std::min<std::size_t>(s.n_q, 1024);
   return {{"name", name},
@@ -560,7 +564,8 @@ Json plan_entry(const std::string& name, std::string_view family, const BackendI
           {"verify_flops", flops(checked, pt.causal) * (pass == Pass::forward ? 1 : 3.5)},
           {"verify_reference_cost", backends::reference_cost(checked) * (pass == Pass::forward ? 1 : 2.5)},
           {"reference_budget", backends::reference_budget},
-          {"plugin", b.traits.plugin}};
+          {"plugin", b.traits.plugin},
+          {"supported", supported}};
 }
 
 // --names FILE: only these benchmarks are registered (a shard of a plan); --list-plan: none runs, each one's
