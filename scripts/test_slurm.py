@@ -126,6 +126,15 @@ def test_slurm(work, bench_names):
         index = open(os.path.join(out, "latest", "index.md")).read()
         checks.record("shard 1 of 4: **missing**" in index and "Incomplete sweep: 1 of 4" in index,
                       "the report's header names the killed shard as missing")
+        killed = sweep.read_plan(out)[1]
+        if "entropy" in killed["steps"]:  # its only input was in the killed shard: the report says so
+            text = open(os.path.join(out, "latest", "entropy.md")).read()
+            checks.record(text.startswith("# entropy\n\nNot in this run: entropy.json is missing"),
+                          f"the entropy report of the incomplete sweep says its input is missing ({text[:80]!r})")
+        others = [p for line in sweep.read_plan(out) if line["shard"] != 1 for p in line["accuracy"]]
+        acc = json.load(open(os.path.join(out, "latest", "data", "accuracy.json")))
+        checks.record(sorted({p["problem"] for p in acc["points"]}) == sorted(others),
+                      "the incomplete sweep's accuracy holds exactly the problems of the shards that completed")
         log = open(os.path.join(out, "slurm", "logs", "shard-1.err")).read()
         checks.record("[shard 1/4 step" in log and "complete in" not in log, "shard 1 was killed while running")
         got = records(out)
