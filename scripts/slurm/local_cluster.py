@@ -85,7 +85,7 @@ SlurmctldHost={socket.gethostname()}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 SlurmUser={user}
-SlurmdUser=root
+SlurmdUser={user}
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={sock}
