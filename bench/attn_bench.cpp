@@ -36,12 +36,15 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "attn/alloc_counter.hpp"
+#include "attn/npy.hpp"
 #include "attn/plugin.hpp"
 #include "attn/random.hpp"
 #include "attn/simd.hpp"
@@ -349,6 +352,67 @@ Shape verified_shape(const Point& pt) {
   return s;
 }
 
+// Verifications share their truth: every backend of a precision is verified on the same rounded inputs (seed 42
+// at the point's shape, rounded to the storage), so the ground truth (the 50-digit reference at small n, which
+// costs far more than the benchmark; fp64 GEMMs at large n) and the baseline's run for the tight verdict (naive:
+// seconds at n = 4096, H = 8) are computed once per inputs, options, precision and policy. The key carries a
+// digest of the rounded inputs themselves: a reuse is of identical data, never assumed. Kept while the kept
+// outputs stay under shared_check_cap bytes; past it, each verification computes its own.
+struct SharedCheck {
+  std::optional<GroundTruth> truth;
+  std::map<Accumulate, xt::xtensor<double, 4>> baseline_out;  // the baseline backend's output, by policy
+};
+std::map<std::string, SharedCheck> shared_checks;
+std::size_t shared_check_bytes = 0;
+constexpr std::size_t shared_check_cap = std::size_t(2) << 30;
+
+std::uint64_t digest(const Inputs<double>& in) {  // FNV-1a over the bytes of Q, K, V
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto* t : {&in.q, &in.k, &in.v})
+    for (double x : *t) {
+      std::uint64_t bits;
+      std::memcpy(&bits, &x, sizeof bits);
+      for (int i = 0; i < 8; ++i) h = (h ^ ((bits >> (8 * i)) & 0xff)) * 1099511628211ull;
+    }
+  return h;
+}
+
+std::size_t bytes_of(const GroundTruth& t) {
+  return 8 * (t.result.out.size() + (t.result.weights ? t.result.weights->size() : 0) +
+              (t.result.lse ? t.result.lse->size() : 0));
+}
+
+Check verify_shared(const RunReport& r, const Options& opt, const Point& pt) {
+  const Shape s = r.rounded_inputs.shape();
+  const std::string key = std::to_string(s.batch) + "," + std::to_string(s.heads) + "," + std::to_string(s.n_q) +
+                          "," + std::to_string(s.n_kv) + "," + std::to_string(s.d_k) + "," + std::to_string(s.d_v) +
+                          "," + std::to_string(s.kv_head_count()) + (pt.causal ? " causal " : " ") + pt.variant + " " +
+                          std::string(r.precision) + " " + std::to_string(digest(r.rounded_inputs));
+  auto found = shared_checks.find(key);
+  if (found == shared_checks.end()) {
+    if (shared_check_bytes > shared_check_cap) return verify(r, opt);
+    found = shared_checks.emplace(key, SharedCheck{}).first;
+  }
+  SharedCheck& shared = found->second;
+  if (!shared.truth) {
+    shared.truth = ground_truth(r.rounded_inputs, opt, r.u_store);
+    shared_check_bytes += bytes_of(*shared.truth);
+  }
+  if (r.traits.baseline) return verify(r, opt, *shared.truth);
+  auto it = shared.baseline_out.find(r.accumulate);
+  if (it == shared.baseline_out.end()) {
+    Options o = opt;
+    o.need_weights = o.need_lse = false;
+    it = shared.baseline_out.emplace(r.accumulate, baseline_backend().run(r.precision, r.accumulate, r.rounded_inputs, o).out)
+             .first;
+    shared_check_bytes += 8 * it->second.size();
+  }
+  RunReport baseline;  // what verify() reads of the baseline's run: its output and its storage's roundoff
+  baseline.out = it->second;
+  baseline.u_store = r.u_store;
+  return verify(r, opt, *shared.truth, &baseline);
+}
+
 // The forward benchmark's preparation: one cold call watched and verified at the benchmark's own shape.
 void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
   Accumulate acc = p.default_accumulate;
@@ -373,8 +437,8 @@ void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& 
   const RunReport r = b.run(p.name, acc, in, opt, {[&] { watch = heap::Watch{}; }, [&] { prep.peak = watch.peak_growth(); }});
   const Shape small = verified_shape(pt);
   const Options small_opt = options_of(pt, small);
-  const Check c = small == pt.shape ? verify(r, opt)
-                                    : verify(b.run(p.name, acc, random_inputs(small, 42), small_opt), small_opt);
+  const Check c = small == pt.shape ? verify_shared(r, opt, pt)
+                                    : verify_shared(b.run(p.name, acc, random_inputs(small, 42), small_opt), small_opt, pt);
   prep.exact_ref = c.truth == TruthKind::digits50;
   prep.err = c.out.max_abs;
   prep.bound = c.tight_tolerance_out;
@@ -440,6 +504,63 @@ const Prepared& prepare(const std::string& key, const BackendInfo& b, const Prec
   return *slot;
 }
 
+// Adaptive sampling (--adaptive WIDTH): a benchmark takes samples until the 95% interval of their median
+// (order statistics, median_interval) is at most WIDTH times the median wide, with at least min_samples (six:
+// the fewest that give a 95% interval) and at most max_samples, or until max_seconds of sampling have passed
+// (the six are always taken). A sample is one call, or a batch of calls of at least min_sample_seconds for calls shorter than that
+// (its time per call). So repetitions are spent where the noise is: a stable 0.5 s call stops at six, a noisy
+// 1 ms one takes more. Without --adaptive, Google Benchmark's own loop and --benchmark_repetitions run as usual.
+struct Sampling {
+  double width = 0;  // 0: not adaptive
+  std::size_t min_samples = 6, max_samples = 40;
+  double max_seconds = 4, min_sample_seconds = 0.005;
+  bool adaptive() const { return width > 0; }
+} sampling;
+
+// The samples of every benchmark that ran adaptively, by name, one list per run of it (repetition).
+std::map<std::string, std::vector<std::vector<double>>> recorded_samples;
+
+template <class TimedCall>
+std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_call, double warm, bool cold,
+                                                           std::vector<double>& samples) {
+  const std::size_t batch =
+      cold ? 1 : std::max<std::size_t>(1, std::size_t(std::ceil(sampling.min_sample_seconds / std::max(warm, 1e-9))));
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<std::pair<double, double>> interval;
+  while (true) {
+    double t = 0;
+    for (std::size_t i = 0; i < batch; ++i) t += timed_call();
+    samples.push_back(t / double(batch));
+    if (samples.size() < sampling.min_samples) continue;
+    interval = median_interval(samples);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (samples.size() >= sampling.max_samples || elapsed >= sampling.max_seconds ||
+        (interval && interval->second - interval->first <= sampling.width * median(samples)))
+      return interval;
+  }
+}
+
+// Adds each adaptive benchmark's samples to the --benchmark_out JSON (a "samples" list per iteration row, in
+// the order its repetitions ran), rewritten atomically: the reports' intervals and attn-lab compare's tests
+// are over them (scripts/runs.py samples_of).
+void attach_samples(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw Error("--benchmark_out: cannot read '" + path + "' back to add the samples");
+  Json doc = Json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.contains("benchmarks"))
+    throw Error("--benchmark_out: '" + path + "' is not Google Benchmark JSON (was --benchmark_out_format json?)");
+  std::map<std::string, std::size_t> taken;
+  for (Json& b : doc["benchmarks"]) {
+    if (b.value("run_type", "iteration") != "iteration") continue;
+    const std::string name = b.value("run_name", b.value("name", ""));
+    auto it = recorded_samples.find(name);
+    if (it == recorded_samples.end()) continue;
+    std::size_t& i = taken[name];
+    if (i < it->second.size()) b["samples"] = it->second[i++];
+  }
+  write_file_atomic(path, doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
+}
+
 bool finite(const xt::xtensor<double, 4>& t) {
   for (double x : t)
     if (!std::isfinite(x)) return false;
@@ -463,23 +584,43 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
       case Pass::forward_backward: return call.call_forward_backward();
     }
   };
-  one_call();  // warm: workspace and outputs touched
-  double wall = 0;
+  // A cold call's workspace is released (and its pages given back, so the call touches fresh memory) before
+  // its clock starts.
+  auto release = [&] {
+    call.release_workspace();
+    malloc_trim(0);
+  };
   std::vector<double> per_call;  // each call's time: the median and spread counters
   per_call.reserve(1024);
-  for (auto _ : state) {
-    if (cold) {
-      state.PauseTiming();
-      call.release_workspace();
-      malloc_trim(0);  // give freed pages back, so the call touches fresh memory
-      state.ResumeTiming();
-    }
+  auto time_one = [&] {
     const auto t0 = std::chrono::steady_clock::now();
     one_call();
     benchmark::ClobberMemory();
     per_call.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    wall += per_call.back();
+    return per_call.back();
+  };
+  const auto warm_t0 = std::chrono::steady_clock::now();
+  one_call();  // warm: workspace and outputs touched
+  const double warm = std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_t0).count();
+  std::vector<double> samples;  // adaptive sampling: one entry per sample (a batch's time per call)
+  std::optional<std::pair<double, double>> interval;
+  if (sampling.adaptive()) {
+    // Google Benchmark runs this once (--benchmark_min_time=0 in adaptive mode); the samples are taken here.
+    for (auto _ : state)
+      if (samples.empty())
+        interval = sample_adaptively([&] { return (cold ? release() : void()), time_one(); }, warm, cold, samples);
+  } else {
+    for (auto _ : state) {
+      if (cold) {
+        state.PauseTiming();
+        release();
+        state.ResumeTiming();
+      }
+      time_one();
+    }
   }
+  double wall = 0;
+  for (double t : per_call) wall += t;
   if (pass == Pass::forward && !call.out_finite()) return state.SkipWithError("NaN or Inf in the output after timing");
   if (pass != Pass::forward) {
     const Gradients<double> g = call.gradients();
@@ -487,7 +628,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   }
 
   const Shape& shape = pt.shape;
-  const double calls = double(state.iterations());
+  const double calls = double(per_call.size());
   const double pass_flops = pass == Pass::forward    ? flops(shape, pt.causal)
                             : pass == Pass::backward ? backward_flops(shape, pt.causal)
                                                      : flops(shape, pt.causal) + backward_flops(shape, pt.causal);
@@ -523,6 +664,14 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   state.counters["error_bound_worst_case"] = prep.worst_bound;
   state.counters["error_ref_digits"] = prep.exact_ref ? 50 : 16;
   state.counters["blas_threads"] = pt.threads;
+  if (sampling.adaptive()) {
+    // The samples themselves go into --benchmark_out's JSON (attach_samples); here their count and the
+    // interval's width relative to the median (0 when fewer than six samples give no interval).
+    state.counters["samples"] = double(samples.size());
+    state.counters["interval_relative_width"] =
+        interval ? (interval->second - interval->first) / median(samples) : 0.0;
+    recorded_samples[key].push_back(std::move(samples));
+  }
   if (prep.acc != p.default_accumulate) state.SetLabel("accumulate " + std::string(accumulate_name(prep.acc)));
 }
 
@@ -607,6 +756,7 @@ int main(int argc, char** argv) {
   std::string profile_name = "quick";
   std::vector<std::string> plugins;  // --plugin PATH, repeatable: kernels of plugin libraries as backends
   std::string names_file;         // --names FILE: one benchmark name per line, only these run
+  std::string out_path;           // --benchmark_out=FILE: the adaptive samples are added to it
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -620,10 +770,33 @@ int main(int argc, char** argv) {
     else if (const char* v = value("--memory-cap")) ::setenv("ATTN_MEMORY_CAP", v, 1);
     else if (const char* v = value("--names")) names_file = v;
     else if (a == "--list-plan") list_plan = true;
+    else if (const char* v = value("--adaptive")) {
+      char* end = nullptr;
+      sampling.width = std::strtod(v, &end);
+      if (end == v || *end || !(sampling.width > 0 && sampling.width < 1)) {
+        std::fprintf(stderr, "attn-bench: --adaptive needs a relative width between 0 and 1 (e.g. 0.03), not '%s'\n", v);
+        return 2;
+      }
+    } else if (const char* v = value("--max-samples")) {
+      char* end = nullptr;
+      const long m = std::strtol(v, &end, 10);
+      if (end == v || *end || m < 6 || m > 100000) {
+        std::fprintf(stderr, "attn-bench: --max-samples needs a whole number from 6, not '%s'\n", v);
+        return 2;
+      }
+      sampling.max_samples = std::size_t(m);
+    } else if (a.rfind("--benchmark_out=", 0) == 0) {
+      out_path = a.substr(std::strlen("--benchmark_out="));
+      rest.push_back(argv[i]);
+    }
     else if (a == "--help") {
       std::printf(
           "attn-bench [--profile smoke|quick|full] [--memory-cap BYTES] [--plugin PATH ...] [--names FILE]\n"
-          "           [--list-plan] [Google Benchmark flags]\n"
+          "           [--list-plan] [--adaptive WIDTH [--max-samples N]] [Google Benchmark flags]\n"
+          "  --adaptive WIDTH: each benchmark samples until the 95%% interval of its median is at most WIDTH x the\n"
+          "         median wide (at least 6 samples, at most --max-samples, default 40, or 4 s of sampling); a\n"
+          "         sample is one call or a batch of calls of at least 5 ms. The samples are added to the\n"
+          "         --benchmark_out JSON (\"samples\"); sets --benchmark_min_time=0 (one Google Benchmark run each).\n"
           "  --names FILE: only the benchmarks named in FILE (one per line; a shard of scripts/run --plan); a name\n"
           "         this profile does not have is an error.\n"
           "  --list-plan: run nothing; one JSON line per benchmark of the profile with its cost model's figures\n"
@@ -675,6 +848,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (list_plan) return 0;
+  static char min_time_zero[] = "--benchmark_min_time=0";  // adaptive: the sampling is ours, one run each
+  if (sampling.adaptive()) rest.push_back(min_time_zero);
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
@@ -689,7 +864,19 @@ int main(int argc, char** argv) {
   for (const attn::BackendInfo& b : attn::all_backends())
     traits[b.name] = attn::to_json(b.traits);
   benchmark::AddCustomContext("backend_traits", attn::dump(traits));
+  benchmark::AddCustomContext("adaptive_sampling",
+                              sampling.adaptive() ? "width " + std::to_string(sampling.width) + ", samples 6 to " +
+                                                        std::to_string(sampling.max_samples)
+                                                  : "off");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  if (sampling.adaptive() && !out_path.empty()) {
+    try {
+      attach_samples(out_path);
+    } catch (const attn::Error& e) {
+      std::fprintf(stderr, "attn-bench: %s\n", e.what());
+      return 2;
+    }
+  }
   return 0;
 }

@@ -97,9 +97,9 @@ def fmt_bytes(b):
 
 
 def bench_rows(bench):
-    """One row per benchmark: its name's fields and counters. With Google Benchmark's repetitions
-    (--benchmark_repetitions; aggregate rows are ignored) the repetitions become the row's `samples` (each
-    one's median call, `seconds_median`, else its mean call) and its times their medians; without, one sample."""
+    """One row per benchmark: its name's fields and counters. Its `samples` are runs.samples_of over its rows:
+    attn-bench's adaptive samples, else one per repetition (--benchmark_repetitions; aggregate rows are ignored),
+    that one's median call; its times are the medians over its repetitions."""
     require(bench, ["benchmarks", "context"], "bench.json")
     plugins = backends_with(bench, plugin=True) if "backend_traits" in bench["context"] else []
     groups = {}
@@ -124,8 +124,10 @@ def bench_rows(bench):
                   "max_abs_error", "error_bound"):
             meta[k] = first.get(k)
         meta["flop_per_call"] = first["FLOP/s"] * first["seconds_per_call"]
-        meta["samples"] = [b["seconds_median"] if isinstance(b.get("seconds_median"), (int, float))
-                           else b["seconds_per_call"] for b in reps]
+        try:
+            meta["samples"] = [x for b in reps for x in runs.samples_of(b)]
+        except runs.RunError as e:
+            raise ReportError(str(e))
         meta["repetitions"] = len(reps)
         meta["name"] = name
         meta["seconds_per_call"] = stats.median([b["seconds_per_call"] for b in reps])
@@ -416,11 +418,15 @@ def performance_report(rows, peak, bench, folder):
         target(f"{fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
                hi / lo if lo else None, "independent of n (1.0000x)", ratio, lambda v: v <= 1.05)
     bwd_lines = backward_performance(rows, fused, fp32_peak, target)  # its targets join the table below
-    reps = sorted({r["repetitions"] for r in h8.values()})
+    counts = sorted({len(r["samples"]) for r in h8.values()})
+    sampling = bench["context"].get("adaptive_sampling", "off")
     lines += ["## Performance targets, B = 1, H = 8, n = 4096", "",
-              f"Each benchmark ran {' or '.join(map(str, reps)) if reps else '?'} repetitions (Google Benchmark's "
-              "--benchmark_repetitions, interleaved at random with the others); a sample is one repetition's median "
-              "call. A rate's interval is the 95% order-statistics interval of the median over the repetitions "
+              f"Each benchmark took {counts[0] if len(counts) == 1 else f'{counts[0]} to {counts[-1]}' if counts else '?'}"
+              " samples, one after the other: "
+              + (f"attn-bench's adaptive sampling ({sampling}: it stops when the 95% interval of the median is that "
+                 "fraction of the median wide, or at the cap), a sample one call or a batch of calls of at least 5 ms"
+                 if sampling != "off" else "Google Benchmark's repetitions, a sample one repetition's median call")
+              + ". A rate's interval is the 95% order-statistics interval of the median over the samples "
               "(distribution-free; none with fewer than 6); a ratio's is a 95% percentile bootstrap of the ratio of "
               f"medians ({stats.BOOTSTRAP} resamples, seed {stats.SEED}). Verdict: met when the whole interval "
               "meets the requirement, MISSED when none of it does, within noise when it straddles it. Memory "

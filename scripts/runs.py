@@ -3,12 +3,14 @@ a run folder (reports/runs/<stamp>/, its JSON under data/) or a Google
 Benchmark JSON file alone, its benchmarks' repetitions and its machine's
 fingerprint.
 
-A benchmark's samples are its repetitions (Google Benchmark's
---benchmark_repetitions: one "iteration" row per repetition), each
-repetition's sample the median call of attn-bench's per-call timings
-(`seconds_median`), or Google Benchmark's real time per iteration for a
-JSON without that counter. A run without repetitions has one sample per
-benchmark: no interval and no test can be drawn from it, and the tools say so.
+A benchmark's samples (samples_of): attn-bench's adaptive samples where it
+took them (`attn-bench --adaptive`, what scripts/run does: a "samples" list
+per row, each one call's time or a batch's time per call), else one per
+repetition (Google Benchmark's --benchmark_repetitions: one "iteration" row
+per repetition), that repetition's median call of attn-bench's per-call
+timings (`seconds_median`), or Google Benchmark's real time per iteration for
+a JSON without that counter. A run with one sample per benchmark gives no
+interval and no test, and the tools say so.
 
 The fingerprint names the machine and the build, never the measured peaks
 (those vary from run to run on one machine; they are recorded beside it):
@@ -66,9 +68,25 @@ def publish_folder(fill, out):
         raise
 
 
+def samples_of(b, label="bench.json"):
+    """The timing samples (seconds per call) of one "iteration" row of Google Benchmark JSON: its adaptive
+    samples, else its median call (else its mean call), else Google Benchmark's real time per iteration. The one reader of a row's timings
+    (report.py's and compare's)."""
+    if isinstance(b.get("samples"), list) and b["samples"]:
+        if not all(isinstance(x, (int, float)) and x > 0 for x in b["samples"]):
+            raise RunError(f"{label}: benchmark {b.get('name')} has a sample that is not a positive number")
+        return [float(x) for x in b["samples"]]
+    for k in ("seconds_median", "seconds_per_call"):  # attn-bench's median call, or its mean call
+        if isinstance(b.get(k), (int, float)):
+            return [float(b[k])]
+    if isinstance(b.get("real_time"), (int, float)):
+        return [float(b["real_time"]) * _UNIT.get(b.get("time_unit", "ns"), 1e-9)]
+    raise RunError(f"{label}: benchmark {b.get('name')} has no time")
+
+
 class Run:
     """One run: .path, .bench (Google Benchmark JSON), .peak/.build/.accuracy/.claims (None when absent),
-    .samples {benchmark name: [seconds per call, one per repetition]}, .flops {name: FLOP per call},
+    .samples {benchmark name: [seconds per call, its samples (samples_of) over every repetition]}, .flops {name: FLOP per call},
     .fingerprint (12 hex digits), .machine (its fields, for people), .stamp, .commit (build.json's, else
     committed_in), .profile."""
 
@@ -95,13 +113,7 @@ class Run:
             if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred") or "name" not in b:
                 continue
             name = b.get("run_name", b["name"])
-            if isinstance(b.get("seconds_median"), (int, float)):
-                s = float(b["seconds_median"])
-            elif isinstance(b.get("real_time"), (int, float)):
-                s = float(b["real_time"]) * _UNIT.get(b.get("time_unit", "ns"), 1e-9)
-            else:
-                raise RunError(f"{path}: benchmark {name} has no time")
-            self.samples.setdefault(name, []).append(s)
+            self.samples.setdefault(name, []).extend(samples_of(b, path))
             if isinstance(b.get("FLOP/s"), (int, float)) and isinstance(b.get("seconds_per_call"), (int, float)):
                 self.flops[name] = b["FLOP/s"] * b["seconds_per_call"]
         if not self.samples:

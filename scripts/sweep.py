@@ -42,6 +42,7 @@ import datetime
 import hashlib
 import json
 import math
+import re
 import os
 import shutil
 import socket
@@ -51,6 +52,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import progress  # noqa: E402
 import runs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,10 +62,13 @@ MODEL = os.path.join(ROOT, "scripts", "cost_model.json")
 TORCH_PLUGIN = os.path.join(ROOT, "build", "plugins", "libattn_torch.so")
 PROFILES = ("smoke", "quick", "full")
 STEPS = ("verify", "entropy", "pages")  # the single steps, one item each
-# Repetitions of every benchmark: the samples of every interval and test (scripts/stats.py); consecutive, not
-# interleaved at random, since attn-bench prepares and verifies a benchmark once for its repetitions.
-REPETITIONS = {"smoke": 2, "quick": 9, "full": 9}
-MIN_TIME = {"smoke": 0.0, "quick": 0.05, "full": 0.05}  # smoke: the pipeline, not a measurement
+# How each benchmark is timed: smoke runs the pipeline (two one-iteration repetitions, no measurement); the
+# others sample adaptively (attn-bench --adaptive: until the 95% interval of the median is at most WIDTH of it
+# wide, 6 to MAX samples, about 4 s of sampling at most), so stable long calls stop at six samples and noisy short
+# ones take more. The samples are the intervals' and tests' data (scripts/stats.py).
+TIMING = {"smoke": ["--benchmark_repetitions=2", "--benchmark_min_time=0"],
+          "quick": ["--adaptive=0.03", "--max-samples=40"],
+          "full": ["--adaptive=0.02", "--max-samples=60"]}
 
 
 class SweepError(Exception):
@@ -165,15 +170,19 @@ def overhead(model, profile):
 
 
 def bench_seconds(model, e, profile):
-    """One benchmark: its repetitions (each a warm call, Google Benchmark's trial runs and the timed run of at
-    least the minimum time) and its preparation (a cold call and the verification); a point its backend does not
-    support skips at once."""
+    """One benchmark: its timing (smoke: two repetitions of a warm call and one timed call; adaptive: a warm call
+    and the samples, six at least, the model's expected count for short calls, at most about 4 s of sampling) and
+    its preparation (a cold call and the verification); a point its backend does not support skips at once."""
     if not e.get("supported", True):
         return 0.1
     t = e["flops"] / rate(model, e["backend"], e["precision"], e["pass"])
-    reps, min_time = REPETITIONS[profile], MIN_TIME[profile]
-    per_rep = t + max(t, min_time) * model["trial_factor"]
-    return (overhead(model, profile) + reps * per_rep + 2 * t
+    if profile == "smoke":
+        timing = 2 * 2 * t
+    else:
+        per_sample = max(t, 0.005)  # a sample is a call, or a batch of at least 5 ms
+        samples = max(6.0, min(model["adaptive_samples"], 4.0 / per_sample))
+        timing = t + samples * per_sample
+    return (overhead(model, profile) + timing + t
             + verify_seconds(model, e["verify_flops"], e["verify_reference_cost"], e["reference_budget"]))
 
 
@@ -336,13 +345,91 @@ class StepFailed(Exception):
         self.step = step
 
 
-def run_step(step, cmd, **kw):
-    """A step's command, its output on stderr (the shard's log); a failure as StepFailed naming it."""
-    kw.setdefault("stdout", sys.stderr)
-    r = subprocess.run(cmd, **kw)
-    if r.returncode != 0:
-        raise StepFailed(step, f"{' '.join(os.path.basename(c) if i == 0 else c for i, c in enumerate(cmd[:4]))} "
-                               f"... exited {r.returncode}")
+def run_step(step, cmd, watch=None, on_line=None, show=True, **kw):
+    """A step's command, its output on stderr (the shard's log, through the progress display); a failure as
+    StepFailed naming it. watch ("stdout" or "stderr"): each line of that stream goes to on_line (progress);
+    show=False: that stream's lines are not shown."""
+    if watch is None:
+        kw.setdefault("stdout", sys.stderr)
+        r = subprocess.run(cmd, **kw)
+        code = r.returncode
+    else:
+        other = "stderr" if watch == "stdout" else "stdout"
+        kw.setdefault(other, sys.stderr)
+        p = subprocess.Popen(cmd, text=True, bufsize=1, **{watch: subprocess.PIPE}, **kw)
+        for text in getattr(p, watch):
+            if show:
+                (PROGRESS.log if PROGRESS else say)(text.rstrip("\n"))
+            on_line(text)
+        code = p.wait()
+    if code != 0:
+        raise StepFailed(step, f"{os.path.basename(cmd[0])} {' '.join(cmd[1:3])} ... exited {code}")
+
+
+# The shard's progress display (progress.Progress over its items), while a shard runs; None otherwise.
+PROGRESS = None
+
+
+class ShardProgress:
+    """A shard's items in the order they run, each with its estimated seconds (the plan's cost model), shown as
+    progress.Progress: begin(kind, key) when an item starts (the previous one has then finished)."""
+
+    def __init__(self, line, estimates, started):
+        self.units = ([("peak", "")] + [("bench", b) for b in line["bench"]]
+                      + [("accuracy", a) for a in line["accuracy"]]
+                      + [("step", s) for s in ("verify", "entropy") if s in line["steps"]]
+                      + [("claims", c) for c in line["claims"]]
+                      + [("step", "pages")] * ("pages" in line["steps"]))
+        self.index = {u: k for k, u in enumerate(self.units)}
+        model = load_model()
+        est = [model["shard_overhead_seconds"][line["profile"]] if u[0] == "peak" else estimates.get(u, 1.0)
+               for u in self.units]
+        self.display = progress.Progress(est, f"shard {line['shard']}/{line['of']}", started=started)
+        self.current = None
+
+    def begin(self, kind, key):
+        k = self.index.get((kind, key))
+        if k is None:
+            return
+        if self.current is not None:
+            self.display.finish(self.current)
+        self.current = k
+        self.display.start(k, f"{kind} {key}" if key != "" else kind)
+
+    def log(self, text):
+        self.display.log(text)
+
+    def end(self, final):
+        if self.current is not None:
+            self.display.finish(self.current)
+        self.display.close(final)
+
+
+def begin(kind, key):
+    """Marks an item of the running shard as started (progress), when there is a display."""
+    if PROGRESS:
+        PROGRESS.begin(kind, key)
+
+
+def follow(names, kind):
+    """on_line for a step whose output names each item when it finishes (attn-bench's lines, attn-lab claims'
+    summary lines): the next item starts."""
+    state = {"i": 0}
+    begin(kind, names[0])
+
+    def on_line(text):
+        words = text.split()
+        if words and state["i"] < len(names) and words[0] == names[state["i"]]:
+            state["i"] += 1
+            if state["i"] < len(names):
+                begin(kind, names[state["i"]])
+    return on_line
+
+
+def on_accuracy_line(text):
+    m = re.match(r"accuracy: problem \d+ of \d+ \(index (\d+)", text)
+    if m:
+        begin("accuracy", int(m.group(1)))
 
 
 def shard_steps(line, data):
@@ -351,25 +438,26 @@ def shard_steps(line, data):
     plugins = [os.path.join(ROOT, p) for p in line["plugins"]]
     flags = [f for p in plugins for f in ("--plugin", p)]
     steps = [("peak", "attn-lab peak: this machine's peaks",
-              lambda: run_step("peak", [LAB, "peak", "--out", os.path.join(data, "peak.json")]))]
+              lambda: (begin("peak", ""), run_step("peak", [LAB, "peak", "--out", os.path.join(data, "peak.json")])))]
     if line["bench"]:
         def bench():
             names = os.path.join(data, "names.txt")
             with open(names, "w") as f:
                 f.write("".join(n + "\n" for n in line["bench"]))
-            run_step("bench", [BENCH, "--profile", profile, "--names", names,
-                               f"--benchmark_repetitions={REPETITIONS[profile]}",
-                               f"--benchmark_min_time={MIN_TIME[profile]}", *flags,
-                               f"--benchmark_out={os.path.join(data, 'bench.json')}", "--benchmark_out_format=json"])
+            run_step("bench", [BENCH, "--profile", profile, "--names", names, *TIMING[profile], *flags,
+                               f"--benchmark_out={os.path.join(data, 'bench.json')}", "--benchmark_out_format=json"],
+                     watch="stdout", on_line=follow(line["bench"], "bench"))
             os.remove(names)
         steps.append(("bench", f"attn-bench: {len(line['bench'])} benchmarks", bench))
     if line["accuracy"]:
         steps.append(("accuracy", f"attn-lab accuracy: {len(line['accuracy'])} problems",
                       lambda: run_step("accuracy", [LAB, "accuracy", "--profile", profile, "--problems",
                                                     ",".join(map(str, line["accuracy"])), *flags,
-                                                    "--out", os.path.join(data, "accuracy.json")])))
+                                                    "--out", os.path.join(data, "accuracy.json")],
+                                       watch="stderr", on_line=on_accuracy_line)))
     if "verify" in line["steps"]:
         def verify():
+            begin("step", "verify")
             verdicts = []
             for i, p in enumerate(plugins):
                 folder = os.path.join(data, f"verify-{i}")
@@ -387,16 +475,19 @@ def shard_steps(line, data):
         steps.append(("verify", f"attn-lab verify: {len(plugins)} plugin(s)", verify))
     if "entropy" in line["steps"]:
         steps.append(("entropy", "attn-lab entropy",
-                      lambda: run_step("entropy", [LAB, "entropy", "--out", os.path.join(data, "entropy.json")])))
+                      lambda: (begin("step", "entropy"),
+                               run_step("entropy", [LAB, "entropy", "--out", os.path.join(data, "entropy.json")]))))
     if line["claims"]:
         steps.append(("claims", f"attn-lab claims: {len(line['claims'])} claims",
                       lambda: run_step("claims", [LAB, "claims", "--profile", profile, "--only",
                                                   ",".join(line["claims"]), "--out",
-                                                  os.path.join(data, "claims.json")], stdout=subprocess.DEVNULL)))
+                                                  os.path.join(data, "claims.json")],
+                                       watch="stdout", show=False, on_line=follow(line["claims"], "claims"))))
     if "pages" in line["steps"]:
         steps.append(("pages", "html_page.py collect: heatmaps and explorer reference points",
-                      lambda: run_step("pages", [sys.executable, os.path.join(ROOT, "scripts", "html_page.py"),
-                                                 "collect", "--attn-lab", LAB, "--data", data])))
+                      lambda: (begin("step", "pages"),
+                               run_step("pages", [sys.executable, os.path.join(ROOT, "scripts", "html_page.py"),
+                                                  "collect", "--attn-lab", LAB, "--data", data]))))
     return steps
 
 
@@ -435,12 +526,14 @@ def cmd_shard(args):
               "estimated_seconds": line["estimated_seconds"]}
     start = time.monotonic()
     data = tempfile.mkdtemp(prefix=f"attn-shard-{i}-")
+    global PROGRESS
     try:
+        estimates = {(it["kind"], it["key"]): it["seconds"] for it in items(line["profile"], line["plugins"])}
+        PROGRESS = ShardProgress(line, estimates, start)
         steps = shard_steps(line, data)
         timings = []
         for k, (name, what, fn) in enumerate(steps, 1):
-            t = time.monotonic() - start
-            say(f"[shard {i}/{n} step {k}/{len(steps)}] {what} (elapsed {int(t) // 60}:{int(t) % 60:02d})")
+            PROGRESS.log(f"[shard {i}/{n} step {k}/{len(steps)}] {what}")
             t0 = time.monotonic()
             fn()
             timings.append({"step": name, "seconds": round(time.monotonic() - t0, 1)})
@@ -453,9 +546,12 @@ def cmd_shard(args):
                           if name.endswith(".json")}
     except Exception as e:  # noqa: BLE001 -- any failure is the shard's recorded state, never a lost result
         record["status"], record["error"] = "failed", str(e) or type(e).__name__
-        say(f"shard {i}/{n}: failed: {e}")
+        (PROGRESS.log if PROGRESS else say)(f"shard {i}/{n}: failed: {e}")
     finally:
         shutil.rmtree(data, ignore_errors=True)
+        if PROGRESS:
+            PROGRESS.end(None)
+        PROGRESS = None
     record["seconds"] = round(time.monotonic() - start, 1)
     write_atomic(path, json.dumps(record) + "\n")
     say(f"shard {i}/{n}: {record['status']} in {fmt_minutes(record['seconds'])} "

@@ -1,7 +1,11 @@
 #!/usr/bin/python3
 """doc_commands: every command line the README and the help texts show is run.
 
-    test_doc_commands.py SOURCE_ROOT BUILD_ROOT [--list]
+    test_doc_commands.py SOURCE_ROOT BUILD_ROOT [--list] [--fast]
+
+--fast (scripts/test --fast, meson test doc_first): only the README's first
+commands, those above its heading FAST_UNTIL (the attn-lab tour), without
+`scripts/run` (minutes: the full test runs it) and without the help texts.
 
 Commands come from
   - README.md: every line of an indented code block that starts with
@@ -45,6 +49,8 @@ import numpy as np
 
 SRC, BUILD = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 LIST_ONLY = "--list" in sys.argv
+FAST = "--fast" in sys.argv
+FAST_UNTIL = "## Benchmarks and this machine's peak"
 PROGRAMS = {
     "attn-lab": [os.path.join(BUILD, "tools", "attn-lab")],
     "attn-bench": [os.path.join(BUILD, "bench", "attn-bench")],
@@ -99,13 +105,16 @@ def readme_commands():
     commands, i = [], 0
     while i < len(lines):
         line = lines[i]
+        if FAST and line.startswith(FAST_UNTIL):
+            break
         if line.startswith("    ") and not line.startswith("     ") and split_command(words_of(line))[1]:
             text = line.strip()
             while text.endswith("\\") and i + 1 < len(lines):
                 i += 1
                 text = text[:-1].rstrip() + " " + lines[i].strip()
             text = text.split("  #")[0].strip()  # a trailing comment
-            commands.append(("README.md", text))
+            if not (FAST and split_command(words_of(text))[1] == "scripts/run"):
+                commands.append(("README.md", text))
         i += 1
     return commands
 
@@ -261,7 +270,7 @@ def run_command(origin, text, failures):
 
 def main():
     readme = readme_commands()
-    helps, names = help_commands()
+    helps, names = ([], []) if FAST else help_commands()
     commands = readme + helps
     print(f"{len(readme)} commands in README.md, {len(helps)} in the help texts of attn-lab ({', '.join(names)}), "
           f"attn-bench and scripts/run; seed {SEED}")

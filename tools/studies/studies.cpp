@@ -273,4 +273,19 @@ double median(std::vector<double> xs) {
   return n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
 }
 
+std::optional<std::pair<double, double>> median_interval(std::vector<double> xs, double level) {
+  std::sort(xs.begin(), xs.end());
+  const std::size_t n = xs.size();
+  std::optional<std::pair<double, double>> best;
+  double below = 0;                              // P(Binomial(n, 1/2) < k)
+  double term = std::ldexp(1.0, -int(n));        // P(Binomial(n, 1/2) = k - 1), from k = 1
+  for (std::size_t k = 1; k <= n / 2; ++k) {
+    below += term;                               // P(B < k) = P(B <= k - 1)
+    term *= double(n - (k - 1)) / double(k);
+    if (1.0 - 2.0 * below < level) break;        // (x_(k), x_(n-k+1)) covers the median less often than asked
+    best = std::pair{xs[k - 1], xs[n - k]};
+  }
+  return best;
+}
+
 }  // namespace attn

@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <string>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "attn/registry.hpp"
@@ -58,5 +60,13 @@ Json entropy_json(const std::vector<EntropyRow>& rows, std::string_view backend,
 // The median of `xs` (the mean of the middle two for an even count; NaN
 // when empty): warm-call timings of the CLI and the claims' timing criteria.
 double median(std::vector<double> xs);
+
+// The distribution-free 95% interval of the median of `xs` from order
+// statistics: the k-th smallest and k-th largest with the largest k whose
+// coverage 1 - 2 P(Binomial(n, 1/2) < k) is at least `level`; nullopt below
+// six samples (where even (min, max) covers less than 95%). The same rule as
+// scripts/stats.py's median_ci, which the reports use: here it is attn-bench's
+// stopping rule for adaptive sampling, so the C++ side needs its own copy.
+std::optional<std::pair<double, double>> median_interval(std::vector<double> xs, double level = 0.95);
 
 }  // namespace attn
