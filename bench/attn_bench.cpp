@@ -76,6 +76,12 @@ struct Profile {
   // and decode steps over these KV cache lengths (H = 32, H_kv = 8, d = 128).
   std::size_t var_n = 0, var_d = 128;
   std::vector<std::size_t> decode_n_kv = {};
+  // The backward of the GEMM backends (attn_bwd beyond the fused one) and the forward + backward family: the
+  // backward table's rows, no target's (off in the quick profile, which keeps the targets' points).
+  bool bwd_gemm = true, fwdbwd = true;
+  // The backward in the narrow precisions (attn_bwd bf16, fp16), and the plugins' causal attn_h8 points: rows
+  // of the backward and plugins tables, no target's (off in quick).
+  bool bwd_narrow = true, plugin_h8_causal = true;
 };
 
 Profile profile(const std::string& name) {
@@ -87,11 +93,15 @@ Profile profile(const std::string& name) {
     Profile p{{1024, 4096}, {64, 128}, {4096, 65536}, {256, 512, 2048}, {32, 256}, {false, true}, false};
     p.memory_n = {8192, 16384};
     p.h8_n = 4096;
-    p.bwd_n = {1024, 4096};
     p.bwd_memory_n = {256, 1024, 4096, 16384};
     p.bwd_gemm_memory_n = {256, 1024, 4096};
-    p.var_n = 4096;
-    p.decode_n_kv = {1024, 8192, 32768, 131072};
+    // The quick profile is the default run's (scripts/run, about 12 minutes on 2 cores): the points the
+    // reports' questions need (the targets' shapes, the scaling and memory fits, each variant against plain
+    // attention, decode steps up to n_kv = 32768); the rest is in full.
+    p.var_n = 2048;
+    p.decode_n_kv = {1024, 8192, 32768};
+    p.bwd_gemm = p.fwdbwd = p.bwd_narrow = p.plugin_h8_causal = false;
+    p.bwd_n = {4096};
     return p;
   }
   if (name == "smoke") {
@@ -121,7 +131,8 @@ struct Point {
   // attn_var's variant (plain, gqa, softcap, sinks, alibi, documents), or
   // "decode" (attn_decode); empty: the other families
   std::string variant;
-  bool verify_small = false;  // verify at n = min(n, 512) (the naive baseline at n = 4096, H = 32 takes minutes)
+  // Verified at n = min(n, verify_n) (0: at its own shape): the naive baseline at n = 4096, H = 32 takes minutes.
+  std::size_t verify_n = 0;
 };
 
 bool is_fp32(const PrecisionInfo& p) { return p.name == "fp32"; }
@@ -176,7 +187,8 @@ const std::vector<Series>& series() {
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          std::vector<Point> pts;
          if (is_fp32(p))
-           for (std::size_t n : prof.memory_n) pts.push_back({square(n, prof.d_other)});
+           // (verified at the grid's largest n, whose own benchmark shares that check: the series is about memory)
+           for (std::size_t n : prof.memory_n) pts.push_back({square(n, prof.d_other), false, 1, false, "", prof.n.back()});
          return pts;
        }},
       {"attn", "the scaling report's extra n (at d_other) and d (at n_other), fp32", false,
@@ -215,13 +227,16 @@ const std::vector<Series>& series() {
            const Shape s8 = square(prof.h8_n, d, 8);
            if (is_fp32(p)) pts.push_back({s8});
            if (is_fp32(p) && t.own_threads)
-             for (auto [causal, threads] : {std::pair{true, 1}, {false, 2}, {true, 2}}) pts.push_back({s8, causal, threads});
-           if (narrow && t.own_threads) pts.push_back({s8});
+             for (auto [causal, threads] : {std::pair{true, 1}, {false, 2}, {true, 2}})
+               if (!causal || !t.plugin || prof.plugin_h8_causal) pts.push_back({s8, causal, threads});
+           // (verified at n = 512: the baseline's narrow arithmetic, emulated, takes minutes at n = 4096, H = 8)
+           if (narrow && t.own_threads) pts.push_back({s8, false, 1, false, "", 512});
          }
          return pts;
        }},
       {"attn_bwd",
-       "the backward pass, B = 1, H = 8 at bwd_n: every backend with one but the baseline and the exact one in fp32; "
+       "the backward pass, B = 1, H = 8 at bwd_n: every backend with one but the baseline and the exact one in fp32 "
+       "(the fused ones only where the profile has no bwd_gemm); "
        "the fused ones also causal, on two threads and in the narrow precisions at h8_n",
        false, [](const BackendTraits& t) { return !t.baseline && !t.exact; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
@@ -230,11 +245,11 @@ const std::vector<Series>& series() {
          for (std::size_t n : prof.bwd_n)
            for (std::size_t d : prof.d) {
              const Shape s8 = square(n, d, 8);
-             if (is_fp32(p)) pts.push_back({s8});
+             if (is_fp32(p) && (t.own_threads || prof.bwd_gemm)) pts.push_back({s8});
              if (n != prof.h8_n || !t.own_threads) continue;
              if (is_fp32(p))
                for (auto [causal, threads] : {std::pair{true, 1}, {false, 2}, {true, 2}}) pts.push_back({s8, causal, threads});
-             if (narrow) pts.push_back({s8});
+             if (narrow && prof.bwd_narrow) pts.push_back({s8});
            }
          return pts;
        },
@@ -260,11 +275,11 @@ const std::vector<Series>& series() {
          if (!prof.var_n || !(is_fp32(p) || (t.own_threads && p.name == "bf16"))) return pts;
          auto add = [&](std::size_t n, std::size_t d) {
            for (const char* v : {"plain", "softcap", "sinks", "alibi", "documents"})
-             pts.push_back({square(n, d, 8), true, 1, false, v, true});
+             pts.push_back({square(n, d, 8), true, 1, false, v, 512});
            Shape gqa = square(n, d, 32), mha = gqa;
            gqa.kv_heads = 8;
-           pts.push_back({gqa, true, 1, false, "gqa", true});
-           pts.push_back({mha, true, 1, false, "mha", true});
+           pts.push_back({gqa, true, 1, false, "gqa", 512});
+           pts.push_back({mha, true, 1, false, "mha", 512});
          };
          if (t.own_threads) add(prof.var_n, prof.var_d);
          if (is_fp32(p)) add(std::min<std::size_t>(prof.var_n, 1024), std::min<std::size_t>(prof.var_d, 64));
@@ -283,11 +298,12 @@ const std::vector<Series>& series() {
              if (threads == 1 || t.own_threads) pts.push_back({{1, 32, 1, n_kv, d, d, 8}, false, threads, true, "decode"});
          return pts;
        }},
-      {"attn_fwdbwd", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n", false,
+      {"attn_fwdbwd", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n (profiles with "
+       "fwdbwd)", false,
        [](const BackendTraits& t) { return !t.baseline && !t.exact; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          std::vector<Point> pts;
-         if (prof.h8_n && is_fp32(p))
+         if (prof.h8_n && prof.fwdbwd && is_fp32(p))
            for (std::size_t d : prof.d) pts.push_back({square(prof.h8_n, d, 8)});
          return pts;
        },
@@ -318,6 +334,7 @@ struct Prepared {
   double err = 0, bound = 0, worst_bound = 0;
   bool exact_ref = false;
   Accumulate acc = Accumulate::fp32;  // the policy it ran (a plugin's own where it lacks the default)
+  double seconds = 0;                 // the preparation's wall time (inputs, cold call, verification)
 };
 
 // One slot: the runs of a benchmark are consecutive, so only the current one is kept.
@@ -348,7 +365,7 @@ Options options_of(const Point& pt) { return options_of(pt, pt.shape); }
 // The shape a point is verified at: its own, or n = min(n, 512).
 Shape verified_shape(const Point& pt) {
   Shape s = pt.shape;
-  if (pt.verify_small) s.n_q = s.n_kv = std::min<std::size_t>(s.n_q, 512);
+  if (pt.verify_n) s.n_q = s.n_kv = std::min(s.n_q, pt.verify_n);
   return s;
 }
 
@@ -428,8 +445,15 @@ void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& 
   prep.model = b.workspace_bytes(p, acc, pt.shape, opt);
   const std::size_t need = prep.model + 2 * tensor_bytes(pt.shape, p);
   if (need > memory_cap) return void(prep.skip = cap_message(need, memory_cap));
-  // Inputs: random (never zeros), fixed seed, rounded to storage, touched here.
-  const Inputs<double> in = random_inputs(pt.shape, /*seed=*/42);
+  // Inputs: random (never zeros), fixed seed, rounded to storage, touched here. The last shape's are kept:
+  // consecutive benchmarks of one shape (threads, causal) share them (seconds to draw at a decode step's n_kv).
+  static Shape last_shape{};
+  static Inputs<double> last_inputs;
+  if (!(last_shape == pt.shape)) {
+    last_inputs = random_inputs(pt.shape, /*seed=*/42);
+    last_shape = pt.shape;
+  }
+  const Inputs<double>& in = last_inputs;
   // One cold call with the heap watched: its high-water mark is the peak;
   // its output verified against the ground truth (at verified_shape: a
   // second call there when it is smaller).
@@ -497,8 +521,10 @@ const Prepared& prepare(const std::string& key, const BackendInfo& b, const Prec
   auto prep = std::make_unique<Prepared>();
   prep->acc = p.default_accumulate;
   set_blas_threads(pt.threads);
+  const auto t0 = std::chrono::steady_clock::now();
   if (pass == Pass::forward) prepare_forward(*prep, b, p, pt);
   else prepare_backward(*prep, b, p, pt);
+  prep->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   slot_key = key;
   slot = std::move(prep);
   return *slot;
@@ -664,6 +690,8 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   state.counters["error_bound_worst_case"] = prep.worst_bound;
   state.counters["error_ref_digits"] = prep.exact_ref ? 50 : 16;
   state.counters["blas_threads"] = pt.threads;
+  // What the benchmark cost besides its timed calls (the sweep's cost model is fitted on it).
+  state.counters["prepare_seconds"] = prep.seconds;
   if (sampling.adaptive()) {
     // The samples themselves go into --benchmark_out's JSON (attach_samples); here their count and the
     // interval's width relative to the median (0 when fewer than six samples give no interval).
@@ -808,10 +836,12 @@ int main(int argc, char** argv) {
           "         precisions at n = 1024, d = 64, threads:2 for math/blocked/streaming at n = 4096, d = 64,\n"
           "         streaming at n = 8192, 16384 (d = 64, its memory series), cross-attention n_q = 64 over\n"
           "         n_kv = 4096, 65536, one cold-call family, and attn_h8 (B = 1, H = 8, n = 4096, d = 64, 128:\n"
-          "         math, blocked, streaming fp32; streaming causal, 2 threads, bf16, fp16), attn_var (the\n"
-          "         variants at n = 4096, d = 128, causal: H = 8 plain, softcap, sinks, alibi, documents; H = 32\n"
-          "         gqa (H_kv = 8) and mha; streaming fp32, bf16; math, blocked at n = 1024, d = 64) and\n"
-          "         attn_decode (n_q = 1, n_kv = 1024 ... 131072, H = 32, H_kv = 8, d = 128); full: every precision at\n"
+          "         math, blocked, streaming fp32; streaming causal, 2 threads, bf16, fp16), attn_bwd (n = 1024,\n"
+          "         4096, B = 1, H = 8: streaming fp32, causal, 2 threads, bf16, fp16; the GEMM backends' backward and\n"
+          "         attn_fwdbwd only in full), attn_var (the variants at n = 2048, d = 128, causal: H = 8 plain,\n"
+          "         softcap, sinks, alibi, documents; H = 32 gqa (H_kv = 8) and mha; streaming fp32, bf16; math,\n"
+          "         blocked at n = 1024, d = 64) and attn_decode (n_q = 1, n_kv = 1024 ... 32768, H = 32, H_kv = 8,\n"
+          "         d = 128; to 131072 in full); full: every precision at\n"
           "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32 (with --benchmark_min_time=0:\n"
           "         one iteration each).\n"
           "  The memory cap defaults to a quarter of RAM.\n\n"

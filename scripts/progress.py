@@ -4,10 +4,13 @@ elapsed time and an estimate of the time left from the cost model's estimates (s
 On a terminal the progress is one line, rewritten in place (other output printed through `log` goes above it);
 elsewhere (a log file, CI, a Slurm task's .err) each step is one plain line. The estimate of the time left is
 the remaining estimated seconds scaled by how the finished work compared with its estimate (so a model that is
-2x optimistic on this machine is corrected as the run goes), or the bare estimate before anything finished.
+2x optimistic on this machine is corrected as the run goes; shrunk towards the bare estimate while little has
+finished).
 """
 import sys
 import time
+
+PRIOR = 120.0  # seconds: how much finished work the estimate's correction needs before it trusts its ratio
 
 
 def clock(seconds):
@@ -37,7 +40,9 @@ class Progress:
         remaining = sum(self.estimates[self.current if self.current is not None else 0:])
         if self.current is not None and self.item_t0 is not None:  # the running item is partly done
             remaining = max(0.0, remaining - (time.monotonic() - self.item_t0))
-        scale = self.done_seconds / self.done_estimate if self.done_estimate > 1.0 else 1.0
+        # The finished items' measured / estimated seconds, shrunk towards 1 while little is finished (PRIOR
+        # estimated seconds of pseudo-work at ratio 1), so one short item's luck does not swing the estimate.
+        scale = (self.done_seconds + PRIOR) / (self.done_estimate + PRIOR)
         return remaining * scale
 
     def _line(self, label):

@@ -345,10 +345,10 @@ class StepFailed(Exception):
         self.step = step
 
 
-def run_step(step, cmd, watch=None, on_line=None, show=True, **kw):
+def run_step(step, cmd, watch=None, on_line=None, **kw):
     """A step's command, its output on stderr (the shard's log, through the progress display); a failure as
-    StepFailed naming it. watch ("stdout" or "stderr"): each line of that stream goes to on_line (progress);
-    show=False: that stream's lines are not shown."""
+    StepFailed naming it. watch ("stdout" or "stderr"): each line of that stream is shown and goes to on_line
+    (progress)."""
     if watch is None:
         kw.setdefault("stdout", sys.stderr)
         r = subprocess.run(cmd, **kw)
@@ -358,8 +358,7 @@ def run_step(step, cmd, watch=None, on_line=None, show=True, **kw):
         kw.setdefault(other, sys.stderr)
         p = subprocess.Popen(cmd, text=True, bufsize=1, **{watch: subprocess.PIPE}, **kw)
         for text in getattr(p, watch):
-            if show:
-                (PROGRESS.log if PROGRESS else say)(text.rstrip("\n"))
+            (PROGRESS.log if PROGRESS else say)(text.rstrip("\n"))
             on_line(text)
         code = p.wait()
     if code != 0:
@@ -412,8 +411,8 @@ def begin(kind, key):
 
 
 def follow(names, kind):
-    """on_line for a step whose output names each item when it finishes (attn-bench's lines, attn-lab claims'
-    summary lines): the next item starts."""
+    """on_line for a step whose output names each item when it finishes (attn-bench's console lines): the next
+    item starts."""
     state = {"i": 0}
     begin(kind, names[0])
 
@@ -430,6 +429,12 @@ def on_accuracy_line(text):
     m = re.match(r"accuracy: problem \d+ of \d+ \(index (\d+)", text)
     if m:
         begin("accuracy", int(m.group(1)))
+
+
+def on_claims_line(text):
+    m = re.match(r"\[\d+/\d+\] claim (\S+)", text)  # attn-lab claims announces each claim on stderr
+    if m:
+        begin("claims", m.group(1))
 
 
 def shard_steps(line, data):
@@ -482,7 +487,7 @@ def shard_steps(line, data):
                       lambda: run_step("claims", [LAB, "claims", "--profile", profile, "--only",
                                                   ",".join(line["claims"]), "--out",
                                                   os.path.join(data, "claims.json")],
-                                       watch="stdout", show=False, on_line=follow(line["claims"], "claims"))))
+                                       stdout=subprocess.DEVNULL, watch="stderr", on_line=on_claims_line)))
     if "pages" in line["steps"]:
         steps.append(("pages", "html_page.py collect: heatmaps and explorer reference points",
                       lambda: (begin("step", "pages"),
@@ -629,9 +634,13 @@ def sweep_section(plan, states):
                     f"{', '.join(line['claims']) or 'none'}, steps {', '.join(line['steps']) or 'none'}")
             lines.append(f"- shard {line['shard']} of {len(plan)}: **{st}** ({why}); it ran {what}")
         lines.append("")
-    lines += [f"Plan {plan[0]['plan']} (`scripts/run --plan`): profile {plan[0]['profile']}, {len(plan)} shards, "
-              f"commit {plan[0]['commit']}; estimated {fmt_minutes(sum(s['estimated_seconds'] for s in plan))} in "
-              f"all (scripts/cost_model.json).", "",
+    profile = plan[0]["profile"]
+    lines += [f"Plan {plan[0]['plan']} (`scripts/run --plan`): profile {profile}, {len(plan)} shards, "
+              f"commit {plan[0]['commit']}: {sum(len(s['bench']) for s in plan)} benchmarks (timed with "
+              f"`{' '.join(TIMING[profile])}`), {sum(len(s['accuracy']) for s in plan)} accuracy problems, "
+              f"{sum(len(s['claims']) for s in plan)} claims, steps "
+              f"{', '.join(sorted({st for s in plan for st in s['steps']})) or 'none'}; estimated "
+              f"{fmt_minutes(sum(s['estimated_seconds'] for s in plan))} in all (scripts/cost_model.json).", "",
               "| shard | state | host | Slurm job | machine | benchmarks | accuracy problems | claims | estimated | "
               "measured |", "|---:|---|---|---|---|---:|---:|---:|---:|---:|"]
     for line, rec, st, _ in states:
@@ -733,6 +742,11 @@ def cmd_calibrate(args):
                 "forward_backward" if r["family"] == "attn_fwdbwd" else "forward"
             got.setdefault(f"{r['backend']}/{r['precision']}/{pass_}", []).append(est["value"] * 1e9)
     rates = {k: statistics.median(v) for k, v in sorted(got.items())}
+    # The samples an adaptive benchmark takes where its time cap does not bind (calls of at most 0.1 s).
+    counts = [len(b["samples"]) for b in run.bench["benchmarks"] if isinstance(b.get("samples"), list)
+              and b.get("seconds_median", 1.0) <= 0.1]
+    if counts:
+        model["adaptive_samples"] = round(statistics.mean(counts), 1)
     for backend in sorted({k.split("/")[0] for k in rates}):
         rates[f"{backend}/*/*"] = min(v for k, v in rates.items() if k.startswith(backend + "/"))
     rates["*"] = model["rates"]["*"]
