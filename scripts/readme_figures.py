@@ -55,11 +55,11 @@ def performance(d):
         ci = report.rate_estimate(h8[key])["interval"] if key in h8 else None
         return f"{v:.1f}{s}" + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
 
-    reps = sorted({r["repetitions"] for r in h8.values()})
+    counts = sorted({len(r["samples"]) for r in h8.values()})
     lines = [f"Measured in the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `performance.md`); "
              "B = 1, H = 8, n = 4096, fp32, GFLOP/s ("
-             + (f"median of {' or '.join(map(str, reps))} repetitions, [its 95% interval]" if reps and reps[0] >= 6
-                else "one run of each benchmark: no interval")
+             + (f"median of {counts[0] if len(counts) == 1 else f'{counts[0]} to {counts[-1]}'} samples, "
+                "[its 95% interval]" if counts and counts[0] >= 6 else "one sample of each benchmark: no interval")
              + f") and fraction of the one-thread fp32 FMA peak of {fp32:.1f} GFLOP/s measured in the same run:", "",
              "| backend, 1 thread | d = 64 | d = 128 |", "|---|---:|---:|"]
 
@@ -126,7 +126,7 @@ def torch(d):
           if r["family"] in ("attn", "attn_h8") and "n" in r and r["precision"] == "fp32" and r["causal"] == 0}
     lines = [f"In the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `plugins.md`): time of "
              f"PyTorch 1.13's kernel over {fused}'s (median calls, same benchmarks of the same attn-bench process; "
-             "fp32, no mask; > 1: ours is faster; [95% bootstrap interval] where the run has repetitions):", "",
+             "fp32, no mask; > 1: ours is faster; [95% bootstrap interval] where both have six samples or more):", "",
              "| shape | threads | d | " + " | ".join(f"{b} / {fused}" for b in plugins) + " |",
              "|---|---:|---:|" + "---:|" * len(plugins)]
     keys = sorted({(fam, n, dd, t) for (b, fam, n, dd, t) in at if b in plugins and (fused, fam, n, dd, t) in at

@@ -728,8 +728,9 @@ def cmd_merge(args):
 
 
 def cmd_calibrate(args):
-    """Rates of the cost model from a run folder: each backend x precision x pass's median FLOP/s, and each
-    claim's seconds under the run's profile; the rest of the model is kept."""
+    """Rates of the cost model from a run folder: each backend x precision x pass's median FLOP/s (those it did
+    not run keep theirs), the adaptive samples' typical count, and each claim's seconds under the run's profile;
+    the rest of the model is kept."""
     import statistics
     import report
     run = runs.Run(args.run)
@@ -741,7 +742,9 @@ def cmd_calibrate(args):
             pass_ = "backward" if r["family"].startswith("attn_bwd") else \
                 "forward_backward" if r["family"] == "attn_fwdbwd" else "forward"
             got.setdefault(f"{r['backend']}/{r['precision']}/{pass_}", []).append(est["value"] * 1e9)
-    rates = {k: statistics.median(v) for k, v in sorted(got.items())}
+    # This run's medians; a key it did not measure (a family only the full profile runs) keeps its old rate.
+    rates = {k: v for k, v in model["rates"].items() if "*" not in k}
+    rates.update({k: statistics.median(v) for k, v in sorted(got.items())})
     # The samples an adaptive benchmark takes where its time cap does not bind (calls of at most 0.1 s).
     counts = [len(b["samples"]) for b in run.bench["benchmarks"] if isinstance(b.get("samples"), list)
               and b.get("seconds_median", 1.0) <= 0.1]
