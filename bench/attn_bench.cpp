@@ -695,7 +695,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   if (sampling.adaptive()) {
     // The samples themselves go into --benchmark_out's JSON (attach_samples); here their count and the
     // interval's width relative to the median (0 when fewer than six samples give no interval).
-    state.counters["samples"] = double(samples.size());
+    state.counters["sample_count"] = double(samples.size());
     state.counters["interval_relative_width"] =
         interval ? (interval->second - interval->first) / median(samples) : 0.0;
     recorded_samples[key].push_back(std::move(samples));

@@ -2,7 +2,15 @@
 """Smoke test of attn-bench: every family at its smallest size, one iteration
 each, written as Google Benchmark JSON; checks that the JSON parses, that no
 benchmark skipped with an error, that every name has the stable shape, and
-that every counter is present and finite. Asserts no timing."""
+that every counter is present and finite. Asserts no timing.
+
+Then adaptive sampling (--adaptive) on the attn family: every benchmark has
+its samples in the JSON (as many as its `sample_count` counter, at least six), its
+`interval_relative_width` equals the width of the 95% interval that
+scripts/stats.py (median_ci, written apart from attn-bench's C++ rule)
+computes from those samples, and the stopping rule held: a benchmark that
+stopped below the sample cap reached the width, and one sample fewer did not
+(unless it had fewer than six)."""
 import json
 import math
 import os
@@ -10,6 +18,11 @@ import re
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import stats  # noqa: E402
+
+WIDTH, MAX_SAMPLES = 0.5, 12  # wide enough that most smoke benchmarks stop early, so the rule is exercised
 
 COUNTERS = ["seconds_per_call", "FLOP/s", "qkvo_bytes/s", "kv_bytes/s", "workspace_model_bytes", "peak_heap_bytes",
             "peak_extra_heap_bytes", "max_abs_error", "error_bound", "error_ref_digits", "blas_threads"]
@@ -51,11 +64,42 @@ def main():
     for family in FAMILIES:
         if not any(n.split("/")[0] == family for n in names):
             failures.append(f"family {family} ran no benchmark")
+    failures += adaptive(exe)
     backends = sorted({n.split("/")[1] for n in names})
     print(f"{len(runs)} benchmarks, backends {', '.join(backends)}; context: {data['context'].get('blas')}")
     for f in failures:
         print("FAIL", f)
     return 1 if failures else 0
+
+
+def adaptive(exe):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "adaptive.json")
+        subprocess.run([exe, "--profile", "smoke", f"--adaptive={WIDTH}", f"--max-samples={MAX_SAMPLES}",
+                        "--benchmark_filter=^attn/", "--benchmark_out=" + out, "--benchmark_out_format=json"],
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            data = json.load(f)
+    failures, early = [], 0
+    width = lambda xs: (lambda ci: (ci[1] - ci[0]) / stats.median(xs) if ci else None)(stats.median_ci(xs))  # noqa
+    for r in data["benchmarks"]:
+        name, xs = r["name"], r.get("samples")
+        if not isinstance(xs, list) or len(xs) < 6 or len(xs) != r.get("sample_count"):
+            failures.append(f"adaptive {name}: samples {str(xs)[:60]} against the counter {r.get('sample_count')!r}")
+            continue
+        w = width(xs)
+        if w is None or abs(w - r["interval_relative_width"]) > 1e-9 * max(1.0, w):
+            failures.append(f"adaptive {name}: interval width {r['interval_relative_width']} against stats.py's {w}")
+        if len(xs) < MAX_SAMPLES:
+            early += 1
+            before = width(xs[:-1]) if len(xs) > 6 else None
+            if w > WIDTH or (before is not None and before <= WIDTH):
+                failures.append(f"adaptive {name}: stopped at {len(xs)} samples with width {w} (one fewer: {before})")
+    if early == 0:
+        failures.append("adaptive: no benchmark stopped before the cap: the stopping rule was not exercised")
+    print(f"adaptive sampling: {len(data['benchmarks'])} benchmarks, {early} stopped below {MAX_SAMPLES} samples; "
+          f"widths checked against scripts/stats.py")
+    return failures
 
 
 if __name__ == "__main__":

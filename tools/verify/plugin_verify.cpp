@@ -286,9 +286,50 @@ struct Child {
   bool stalled = false;
 };
 
+std::string clock_text(double seconds) {
+  const long t = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+// The cells' progress on stderr while workers run them: cell k of N, elapsed, and the time left from the mean
+// time per finished cell of this kernel (its cells run the same number of cases; verify has no cost model of
+// its own). One line rewritten in place on a terminal, a plain line per finished cell elsewhere. Read from the
+// workers' cells.jsonl whenever it grows.
+struct CellProgress {
+  std::string kernel;
+  std::size_t total = 0;
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  std::uintmax_t seen_size = 0;
+  std::size_t shown = 0;
+  bool tty = isatty(2);
+
+  void poll(const fs::path& out) {
+    std::error_code ec;
+    const std::uintmax_t size = fs::file_size(out / "cells.jsonl", ec);
+    if (ec || size == seen_size) return;
+    seen_size = size;
+    std::size_t done = 0;
+    std::ifstream f(out / "cells.jsonl");
+    for (std::string line; std::getline(f, line);)
+      if (line.find("\"kernel\":" + dump(Json(kernel))) != std::string::npos) ++done;
+    if (done == shown) return;
+    shown = done;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double left = done ? elapsed / double(done) * double(total - std::min(done, total)) : 0;
+    std::fprintf(stderr, "%sverify: %s: %zu of %zu cells done (elapsed %s, about %s left)%s", tty ? "\r\033[K" : "",
+                 kernel.c_str(), done, total, clock_text(elapsed).c_str(), clock_text(left).c_str(), tty ? "" : "\n");
+    std::fflush(stderr);
+  }
+  void end() {
+    if (tty && shown) std::fprintf(stderr, "\n");
+  }
+};
+
 // Runs this binary as a worker with its output appended to `log`; stops it
 // when progress.txt and cells.jsonl stay unchanged for kStallSeconds.
-Child run_worker(const Settings& s, const std::vector<std::string>& extra) {
+Child run_worker(const Settings& s, const std::vector<std::string>& extra, CellProgress* progress = nullptr) {
   std::vector<std::string> argv = {s.self, "verify", "--plugin", s.plugin, "--profile", s.profile, "--out", s.out};
   argv.insert(argv.end(), extra.begin(), extra.end());
   std::vector<char*> cargv;
@@ -313,6 +354,7 @@ Child run_worker(const Settings& s, const std::vector<std::string>& extra) {
       child.status = WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status);
       return child;
     }
+    if (progress) progress->poll(s.out);
     std::error_code ec;
     fs::file_time_type t = fs::last_write_time(fs::path(s.out) / "progress.txt", ec);
     if (!ec && t != seen) seen = t, last_change = std::chrono::steady_clock::now();
@@ -472,8 +514,9 @@ int verify(const Settings& s) {
     std::fprintf(stderr, "verify: %s: %zu cells (%d cases each, seed %llu)\n", name.c_str(), n_cells, cases,
                  static_cast<unsigned long long>(kSeed));
     std::size_t from = 0;
+    CellProgress progress{name, n_cells};
     while (from < n_cells) {
-      const Child c = run_worker(s, {"--worker", "cells", "--kernel", name, "--from", std::to_string(from)});
+      const Child c = run_worker(s, {"--worker", "cells", "--kernel", name, "--from", std::to_string(from)}, &progress);
       std::size_t done = 0;
       for (const Json& line : read_lines(out / "cells.jsonl"))
         if (line["kernel"] == name) done = std::max(done, line["index"].get<std::size_t>() + 1);
@@ -499,6 +542,8 @@ int verify(const Settings& s) {
       append_line(out / "cells.jsonl", rec);
       from = done + 1;
     }
+    progress.poll(out);
+    progress.end();
     Json kj = {{"name", name}, {"description", k["description"]}, {"cells", Json::array()}};
     for (const Json& line : read_lines(out / "cells.jsonl"))
       if (line["kernel"] == name) {
