@@ -464,12 +464,14 @@ void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& 
   const Check c = small == pt.shape ? verify_shared(r, opt, pt)
                                     : verify_shared(b.run(p.name, acc, random_inputs(small, 42), small_opt), small_opt, pt);
   prep.exact_ref = c.truth == TruthKind::digits50;
-  prep.err = c.out.max_abs;
-  prep.bound = c.tight_tolerance_out;
-  prep.worst_bound = c.bound.out;
+  // The row nearest its tight tolerance (each row is judged by its own).
+  prep.err = c.out_tight.error;
+  prep.bound = c.out_tight.tolerance;
+  prep.worst_bound = c.out_worst.tolerance;
   if (!c.within || !c.tight_within)
-    prep.skip = "output error " + std::to_string(c.out.max_abs) + " exceeds the tight tolerance " +
-                std::to_string(c.tight_tolerance_out) + " or the worst-case bound " + std::to_string(c.tolerance_out) +
+    prep.skip = "output row " + std::to_string(c.out_tight.row) + ": error " + std::to_string(c.out_tight.error) +
+                " exceeds its tight tolerance " + std::to_string(c.out_tight.tolerance) + " or row " +
+                std::to_string(c.out_worst.row) + "'s worst-case bound " + std::to_string(c.out_worst.tolerance) +
                 " (truth " + std::string(truth_name(c.truth)) + ")";
   else
     prep.call = b.prepare(p, acc, r.rounded_inputs, opt);

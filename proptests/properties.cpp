@@ -60,7 +60,7 @@ Run run_case(const BackendInfo& b, const Case& c, std::string_view precision, bo
   run.opt = b.without_unreturnable_outputs(p, c.policy, in.shape(), run.opt);
   run.opt.need_weights = weights;
   run.r = b.run(precision, c.policy, in, run.opt, {}, 0);
-  ++backend_runs();
+  if (&b == under_test()) ++backend_runs();
   run.in = run.r.rounded_inputs;
   run.bound = error_bound(run.in, run.opt, run.r.u_acc, run.r.u_store);
   run.ok = true;
@@ -147,9 +147,17 @@ std::map<std::string, std::map<std::string, int>>& unsupported_tally() {
   static std::map<std::string, std::map<std::string, int>> t;
   return t;
 }
+std::map<std::string, std::map<std::string, int>>& not_run_tally() {
+  static std::map<std::string, std::map<std::string, int>> t;
+  return t;
+}
 int& backend_runs() {
   static int n = 0;
   return n;
+}
+const BackendInfo*& under_test() {
+  static const BackendInfo* b = nullptr;
+  return b;
 }
 int& backend_refusals() {
   static int n = 0;
@@ -236,13 +244,12 @@ ATTN_PROPERTY(agrees_with_reference, "agrees with reference (bound, 2x naive)", 
     const GroundTruth truth = ground_truth(run.in, run.opt, run.r.u_store);
     const Run base = run_case(naive, c, run.precision, false, &run.opt, &run.in);
     const Check check = verify(run.r, run.opt, truth, &base.r);
-    RC_LOG() << "error " << check.out.max_abs << ", tight tolerance " << check.tight_tolerance_out << " ("
-             << check.criterion << "), worst-case bound " << check.tolerance_out << "\n";
-    RC_ASSERT(check.out.max_abs <= check.tolerance_out);
-    RC_ASSERT(check.lse.max_abs <= check.tolerance_lse);
-    RC_ASSERT(check.weights.max_abs <= check.tolerance_weights);
+    RC_LOG() << "error " << check.out.max_abs << "; tight, row " << check.out_tight.row << ": "
+             << check.out_tight.error << " of " << check.out_tight.tolerance << " (" << check.criterion
+             << "); worst-case, row " << check.out_worst.row << ": " << check.out_worst.error << " of "
+             << check.out_worst.tolerance << "; lse " << check.lse_tight.ratio << ", weights " << check.weights_tight.ratio
+             << ", row sums " << check.row_sum_tight.ratio << " of their tight tolerances\n";
     RC_ASSERT(check.within);
-    RC_ASSERT(check.out.max_abs <= check.tight_tolerance_out);
     RC_ASSERT(check.tight_within);
   });
 }
@@ -251,10 +258,13 @@ ATTN_PROPERTY(agrees_with_reference, "agrees with reference (bound, 2x naive)", 
 // the output unchanged within the two runs' bounds, plus what the rounding
 // of the shifted bias itself (fl(b + c) != b + c, found exactly by TwoSum)
 // does to an exact softmax: max|v| expm1(2 max|db|).
-// (Not with sinks: the sink's logit does not move with the row.)
-ATTN_PROPERTY(shift_invariant, "shift invariant", 1e6, b, c) {
-  if (c.mask != MaskKind::none && c.mask != MaskKind::bias) return;
-  if (c.sinks != Case::Sinks::none) return;
+// (Not with sinks: the sink's logit does not move with the row. A case
+// with sinks or another mask runs without them, as mask none: returning
+// early instead counted 9 of 10 cases as passed with nothing run.)
+ATTN_PROPERTY(shift_invariant, "shift invariant", 1e6, b, given) {
+  Case c = given;
+  if (c.mask != MaskKind::none && c.mask != MaskKind::bias) c.mask = MaskKind::none;
+  c.sinks = Case::Sinks::none;
   for_each_precision(b, c, false, [&](const Run& run) {
     const Shape sh = run.in.shape();
     auto bias = xt::xtensor<double, 2>(xt::zeros<double>({sh.n_q, sh.n_kv}));
@@ -508,7 +518,7 @@ BackwardRun run_backward_case(const BackendInfo& b, const Case& c, std::string_v
                                    rows * max_abs_of(run.d_out)});
   if (largest > p.max_finite / 4 || largest > accumulation_max_finite(p, c.policy) / 8) return run;
   run.r = b.run_backward(precision, c.policy, run.in, run.d_out, run.opt);
-  ++backend_runs();
+  if (&b == under_test()) ++backend_runs();
   run.ok = true;
   return run;
 }

@@ -52,12 +52,18 @@ std::map<std::string, std::map<std::string, int>>& case_tally();
 // How many cases a backend could not run at all (a plugin's capabilities:
 // every run the property needed threw Unsupported); never counted as passed.
 std::map<std::string, std::map<std::string, int>>& unsupported_tally();
-// Since the last reset: runs of the backend under test that completed
-// (run_case counts them) and runs it refused as not supported
-// (for_each_precision counts them); a case with refusals and no run was not
-// supported.
+// How many cases ran nothing of the backend under test (every precision
+// skipped by its precondition, or the property returned early for the
+// case's kind): never counted as passed either.
+std::map<std::string, std::map<std::string, int>>& not_run_tally();
+// Since the last reset: runs of the backend under test (under_test(); the
+// baseline's runs inside a property do not count) that completed (run_case
+// counts them) and runs it refused as not supported (for_each_precision
+// counts them); a case with refusals and no run was not supported, one with
+// neither ran nothing.
 int& backend_runs();
 int& backend_refusals();
+const BackendInfo*& under_test();
 // When not empty, the one storage precision the properties run (attn-lab
 // verify checks a plugin one configuration at a time); empty: every one.
 std::string& only_precision();

@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import report  # noqa: E402  (bench_rows, backends_with, fmt_bytes, load)
+import runs as run_records  # noqa: E402  (tight_ratio, verdict_counts; runs() below is a README block)
 
 README = ROOT / "README.md"
 MARK = re.compile(r"(<!-- figures:([a-z-]+) -->\n)(.*?)(<!-- /figures:\2 -->)", re.S)
@@ -146,8 +147,9 @@ def torch(d):
         groups = {}
         for q in acc:
             groups.setdefault((q["backend"], q["precision"], q["accumulate"]), []).append(q)
-        lines += [f"- {b} {p} (accumulate {a}): {sum(bool(q['within_tight']) for q in qs)} of {len(qs)} within, "
-                  f"largest {max(q['max_abs'] / q['tight_tolerance'] for q in qs if q['tight_tolerance'] > 0):.3g}"
+        lines += [f"- {b} {p} (accumulate {a}): {run_records.verdict_counts(qs)[0]} of {len(qs)} passed "
+                  f"({run_records.verdict_counts(qs)[2]} uninformative), largest error / tight tolerance "
+                  f"{max(run_records.tight_ratio(q) for q in qs):.3g}"
                   for (b, p, a), qs in sorted(groups.items())]
     for v in d["verdicts"]:
         lines += ["", f"`attn-lab verify --profile {v['profile']}` (seed {v['seed']}): {v['verdict']}"]

@@ -660,24 +660,30 @@ def accuracy_report(acc, folder):
     tight = [q for q in pts if isinstance(q.get("tight_tolerance"), (int, float)) and q["tight_tolerance"] > 0]
     if tight:
         lines += ["", "## Headroom of each verdict", "",
-                  "Actual error over the tight tolerance (verify(): the probabilistic bound, failure probability "
-                  "1e-9 per check, and 2x the baseline backend's error + 2 (u_acc (1 + s) + u_store) max|O|, s the largest score), and over the "
-                  "worst-case bound, over every backend and problem of the sweep. A ratio near 1 means the verdict "
-                  "would flag a small increase of the error; the worst-case bound's small ratios are what it lets "
-                  "through. The criterion column says which part can decide in that configuration (the baseline is "
-                  "judged by the probabilistic bound alone; where that bound is trivial, the 2x rule alone decides).",
-                  "", "| precision | accumulate | criterion | points | median err/tight | max err/tight | "
-                  "median err/worst-case | failed tight | failed worst-case |",
-                  "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "Actual error over the tight tolerance, row by row (verify(): each query row within the smaller of "
+                  "its probabilistic bound, failure probability 1e-9 per check, and (2 beta + 2) f, f the row's unit "
+                  "of rounding noise and beta the baseline backend's largest row error in those units; the ratio is "
+                  "the deciding row's), and over the worst-case bound, over every backend and problem of the sweep. "
+                  "A ratio near 1 means the verdict would flag a small increase of the error; the worst-case bound's "
+                  "small ratios are what it lets through. The criterion column says which part can decide in that "
+                  "configuration (the baseline is judged by the probabilistic bound alone; where that bound is "
+                  "trivial, the baseline rule alone decides). Uninformative: points where some row's tolerance "
+                  "reaches the size of the output it judges (a 100% error would pass); they are counted apart, "
+                  "never as passes, and left out of the ratios.",
+                  "", "| precision | accumulate | criterion | points | passed | uninformative | median err/tight | "
+                  "max err/tight | median err/worst-case | failed tight | failed worst-case |",
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for prec in precisions:
             for a in ("fp64", "fp32", "storage"):
                 group = [q for q in tight if q["precision"] == prec and q["accumulate"] == a]
                 for crit in sorted({q.get("criterion", "?") for q in group}):
                     g = [q for q in group if q.get("criterion", "?") == crit]
-                    rt = sorted(q["max_abs"] / q["tight_tolerance"] for q in g)
+                    passed, _, unin = runs.verdict_counts(g)
+                    rt = sorted(runs.tight_ratio(q) for q in g if runs.informative(q))
                     rw = sorted(q["max_abs"] / q["bound"] for q in g if q.get("bound"))
-                    lines.append(f"| {prec} | {a} | {crit} | {len(g)} | {rt[len(rt) // 2]:.3g} | {rt[-1]:.3g} | "
-                                 + (f"{rw[len(rw) // 2]:.3g}" if rw else "-") + " | "
+                    med = lambda xs: f"{xs[len(xs) // 2]:.3g}" if xs else "-"
+                    lines.append(f"| {prec} | {a} | {crit} | {len(g)} | {passed} | {unin} | {med(rt)} | "
+                                 + (f"{rt[-1]:.3g}" if rt else "-") + f" | {med(rw)} | "
                                  f"{sum(1 for q in g if q.get('within_tight') is False)} | "
                                  f"{sum(1 for q in g if q.get('within') is False)} |")
     grads = acc.get("gradient_points", [])
@@ -722,9 +728,9 @@ def gradient_section(grads, precisions, panels):
              f"At n = {n_scale}, against the logit scale. Per precision, policy and gradient over every problem "
              "(err/tight: the error over verify_backward()'s tight tolerance, min(probabilistic bound, 2x the "
              "baseline's error + the floor); err/worst: over the worst-case bound of metrics.hpp):", "",
-             "| precision | accumulate | gradient | points | median relative | max relative | median err/tight | "
-             "max err/tight | median err/worst | failed tight | failed worst-case |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| precision | accumulate | gradient | points | passed | uninformative | median relative | max relative | "
+             "median err/tight | max err/tight | median err/worst | failed tight | failed worst-case |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for prec in gprecisions:
         for a in ("fp64", "fp32", "storage"):
             for g in ("dq", "dk", "dv"):
@@ -734,10 +740,11 @@ def gradient_section(grads, precisions, panels):
                 rel = sorted(q["relative"] for q in s)
                 # An infinite bound (a non-informative one) is null in the JSON.
                 finite = lambda x: isinstance(x, (int, float)) and 0 < x < math.inf
-                rt = sorted(q["max_abs"] / q["tight_tolerance"] for q in s if finite(q["tight_tolerance"]))
+                rt = sorted(runs.tight_ratio(q) for q in s if finite(q["tight_tolerance"]) and runs.informative(q))
                 rw = sorted(q["max_abs"] / q["bound"] for q in s if finite(q["bound"]))
                 med = lambda xs: f"{xs[len(xs) // 2]:.3g}" if xs else "-"
-                lines.append(f"| {prec} | {a} | {g} | {len(s)} | {med(rel)} | {rel[-1]:.3g} | {med(rt)} | "
+                passed, _, unin = runs.verdict_counts(s)
+                lines.append(f"| {prec} | {a} | {g} | {len(s)} | {passed} | {unin} | {med(rel)} | {rel[-1]:.3g} | {med(rt)} | "
                              + (f"{rt[-1]:.3g}" if rt else "-") + f" | {med(rw)} | "
                              f"{sum(1 for q in s if q['within_tight'] is False)} | "
                              f"{sum(1 for q in s if q['within'] is False)} |")
@@ -747,8 +754,11 @@ def gradient_section(grads, precisions, panels):
                   f"accumulate {top['accumulate']}, {top['gradient']}, n = {top['n']}, {top['mask']}, logit scale "
                   f"{top['logit_scale']:g}), is against a true gradient of max |{top['gradient']}| = "
                   f"{top['max_truth']:.3g}: where the softmax saturates, dS = P o (dP - D) vanishes and the relative "
-                  f"error measures rounding against almost nothing. Its absolute error {top['max_abs']:.3g} is within "
-                  f"the tight tolerance {top['tight_tolerance']:.3g}; the verdicts are absolute."]
+                  f"error measures rounding against almost nothing. Its absolute error {top['max_abs']:.3g} against "
+                  f"the tight tolerance {top['tight_tolerance']:.3g}: "
+                  + ("within, and informative." if runs.informative(top) and top.get("within_tight") else
+                     "within, but the tolerance reaches the gradient itself: uninformative, not a pass."
+                     if top.get("within_tight") else "EXCEEDED.")]
     return lines
 
 
@@ -997,14 +1007,15 @@ def plugins_report(rows, bench, acc, verdicts, folder):
         lines.append("")
     pts = [q for q in acc.get("points", []) if q["backend"] in plugins]
     if pts:
-        lines += ["## Accuracy (attn-lab accuracy, this run)", "", "| plugin | precision | accumulate | points | within tight | "
-                  "largest error / tight tolerance |", "|---|---|---|---:|---:|---:|"]
+        lines += ["## Accuracy (attn-lab accuracy, this run)", "", "| plugin | precision | accumulate | points | passed | "
+                  "uninformative | largest error / tight tolerance |", "|---|---|---|---:|---:|---:|---:|"]
         groups = {}
         for q in pts:
             groups.setdefault((q["backend"], q["precision"], q["accumulate"]), []).append(q)
         for (b, p, a), qs in sorted(groups.items()):
-            worst = max(q["max_abs"] / q["tight_tolerance"] if q["tight_tolerance"] > 0 else math.inf for q in qs)
-            lines.append(f"| {b} | {p} | {a} | {len(qs)} | {sum(bool(q['within_tight']) for q in qs)} | {worst:.3g} |")
+            worst = max(runs.tight_ratio(q) for q in qs)
+            passed, _, unin = runs.verdict_counts(qs)
+            lines.append(f"| {b} | {p} | {a} | {len(qs)} | {passed} | {unin} | {worst:.3g} |")
         ns = [q for q in acc.get("not_supported", []) if q["backend"] in plugins]
         lines += ["", f"{len(ns)} (problem, precision, accumulation) combinations were not supported by the plugins "
                       "(listed in data/accuracy.json, `not_supported`)."]

@@ -20,6 +20,7 @@ same kind of machine.
 """
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -66,6 +67,34 @@ def publish_folder(fill, out):
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def tight_ratio(q):
+    """A verdict point's error over its tight tolerance (accuracy.json, attend --json): the deciding row's
+    (`tight_ratio`, each row judged by its own tolerance); a point written before per-row verdicts has one
+    tolerance for the tensor, max_abs / tight_tolerance. inf where the tolerance is 0 and the error is not."""
+    if isinstance(q.get("tight_ratio"), (int, float)):
+        return float(q["tight_ratio"])
+    err, tol = q.get("max_abs", 0), q.get("tight_tolerance")
+    if not isinstance(tol, (int, float)):
+        return math.inf
+    return 0.0 if err == 0 else (err / tol if tol > 0 else math.inf)
+
+
+def informative(q):
+    """Whether a verdict point's tight tolerance stays below the quantity it judges (`tight_informative`);
+    an uninformative point is counted apart and never as a pass. Points written before the flag existed
+    carry none and count as informative (their reports said so)."""
+    return q.get("tight_informative", True) is not False
+
+
+def verdict_counts(points):
+    """(passed, failed, uninformative) of verdict points: an uninformative point is neither a pass nor a
+    failure unless it failed (a failure is a failure whatever its tolerance)."""
+    failed = sum(1 for q in points if q.get("within_tight") is False or q.get("within") is False)
+    unin = sum(1 for q in points if informative(q) is False and q.get("within_tight") is not False
+               and q.get("within") is not False)
+    return len(points) - failed - unin, failed, unin
 
 
 def samples_of(b, label="bench.json"):

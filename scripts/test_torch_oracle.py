@@ -361,7 +361,7 @@ def check_backward():
                     for key in T:
                         label = f"backward {name} {backend} {precision} {key}"
                         dev = float(np.max(abs(got[key] - t64[key])))
-                        allowed = summary[key]["tolerance"] + torch_err[key]
+                        allowed = summary[key]["bound"] + torch_err[key]
                         record(dev <= allowed, f"{label}: |ours - torch64| {dev:.3g} > bound {allowed:.3g}")
                         if key in ("dq",):
                             record(bool((got[key][dead_h] == 0).all()), f"{label}: fully masked rows not 0")
@@ -397,12 +397,12 @@ def check_backward_power():
                                   "--backend", FUSED, "--precision", "fp64", "--dq", "dq.npy", "--dk", "dk.npy",
                                   "--check", "--json"], work))["backward"]
         ours_dk, ours_dq = np.load(os.path.join(work, "dk.npy")), np.load(os.path.join(work, "dq.npy"))
-        record(float(np.max(abs(ours_dk - T))) <= summary["dk"]["tolerance"], "power: the unmutated dK fails its bound")
+        record(float(np.max(abs(ours_dk - T))) <= summary["dk"]["bound"], "power: the unmutated dK fails its bound")
         untransposed = (LD(scale) * ds @ q.astype(LD)).astype(np.float64)
-        record(float(np.max(abs(untransposed - T))) > summary["dk"]["tolerance"],
+        record(float(np.max(abs(untransposed - T))) > summary["dk"]["bound"],
                "power: dK = scale dS Q (untransposed) passes the bound")
         unscaled = (ds @ k.astype(LD)).astype(np.float64)
-        record(float(np.max(abs(unscaled - dq.astype(np.float64)))) > summary["dq"]["tolerance"],
+        record(float(np.max(abs(unscaled - dq.astype(np.float64)))) > summary["dq"]["bound"],
                "power: dQ without the scale passes the bound")
         err = float(np.max(abs(ours_dq - dq.astype(np.float64))))
         moved = dq.astype(np.float64) + 10 * max(err, 2.0 ** -53 * float(np.max(abs(dq)))) * np.sign(rng.normal(size=dq.shape))
@@ -709,7 +709,7 @@ def check_variants():
                     summary = json.loads(run(["attend"] + args + ["--backend", backend, "--out", "o.npy", "--check",
                                                                   "--json", "--force"], work))
                     outs[backend] = np.load(os.path.join(work, "o.npy"))
-                    tol[backend] = summary["tolerance"]
+                    tol[backend] = summary["bound_global"]
                     record(summary["shape"]["kv_heads"] == HKV, f"variants {name}: H_kv not inferred from K")
                 naive_err = float(np.max(abs(outs[BASELINE] - truth)))
                 for backend, o in outs.items():
@@ -753,7 +753,7 @@ def check_variants():
                             continue
                         got = np.load(os.path.join(work, f))
                         dev = float(np.max(abs(got - t64[key])))
-                        allowed = summary[key]["tolerance"] + torch_bound[key]["tolerance"]
+                        allowed = summary[key]["bound"] + torch_bound[key]["bound"]
                         record(dev <= allowed, f"variants backward {name} {backend} {precision} {key}: "
                                                f"|ours - torch64| {dev:.3g} > bound {allowed:.3g}")
                         VARIANT_GRAD_LOG.append(dev / allowed)
@@ -774,7 +774,7 @@ def check_variants_power():
         summary = json.loads(run(["attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--precision", "fp64",
                                   "--mask", "causal", "--softcap", "2", "--sinks", "sinks.npy", "--alibi",
                                   "--backend", FUSED, "--out", "o.npy", "--check", "--json"], work))
-        ours, tol = np.load(os.path.join(work, "o.npy")), summary["tolerance"]
+        ours, tol = np.load(os.path.join(work, "o.npy")), summary["bound_global"]
     t = lambda x: torch.from_numpy(x)
 
     def torch64(kv_heads=lambda x: np.repeat(x, H // HKV, axis=1), cap=2.0, sink=sinks, slope=slopes):

@@ -72,17 +72,35 @@ namespace {
 
 // What the bounds need of the inputs: the largest |scaled score| magnitude
 // (scale |q|.|k| + |bias|) over visible pairs, max |V|, the largest |lse|
-// estimate, and the problem's sizes.
+// estimate, and the problem's sizes; and the same per query row (rows).
 struct Magnitudes {
   double score_mag = 0, max_v = 0, max_lse = 0;
   double weighted_score = 0;  // max_i sum_j p_ij (magnitude of score ij): ErrorBound::score_weighted
+  // What the output's sums are formed from: max_c sum_j p_ij |v_jc| (the
+  // terms) and max_c |o_ic|. Globally both max|V| (the convex hull); per row
+  // the row's own, which is what makes a row's bound its own.
+  double out_terms = 0, out_max = 0;
   double n_kv = 1, d_k = 1, outputs = 1;  // n_kv: terms of a row's softmax (keys, and the sink)
   // Roundings of a score beyond the d_k + 4 of scale q.k + bias, each at most
   // u_acc |score magnitude|: soft-capping's division, tanh (softcap_tanh_ulps),
   // product and the rounding of c to A (with tanh' <= 1 the raw score's
   // error passes through undamped at worst): 3 + tanh's; ALiBi's conversion to A and addition: 2.
   double extra_roundings = 0;
+  std::vector<RowMagnitude> rows;
 };
+
+// A row's magnitudes as the global struct bound_from() takes.
+Magnitudes of_row(const Magnitudes& m, const RowMagnitude& r) {
+  Magnitudes x = m;
+  x.rows = {};
+  x.score_mag = r.score_mag;
+  x.max_v = r.v_max;
+  x.max_lse = r.lse;
+  x.weighted_score = r.weighted;
+  x.out_terms = r.terms;
+  x.out_max = r.out;
+  return x;
+}
 
 Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
   const Shape sh = in.shape();
@@ -92,30 +110,47 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
   double score_mag = 0, max_v = 0, max_lse = 0;
   const double terms = double(sh.n_kv) + (mask.has_sinks() ? 1 : 0);
   // Q K^T and |Q| |K|^T as GEMMs (in blocks of query rows: the bound costs
-  // two fp64 GEMMs, not a scalar triple loop). |Q| |K|^T is a sum of
+  // a few fp64 GEMMs, not a scalar triple loop). |Q| |K|^T is a sum of
   // non-negative terms, so its computed value is within a factor
   // (1 + d_k u) of the exact one; the factor below keeps it an upper bound.
   const double mag_up = 1 + 2 * double(sh.d_k) * 0x1p-53;
-  const std::size_t block = std::min<std::size_t>(256, sh.n_q), d = sh.d_k, n_kv = sh.n_kv;
+  const std::size_t block = std::min<std::size_t>(256, sh.n_q), d = sh.d_k, n_kv = sh.n_kv, d_v = sh.d_v;
   std::vector<double> abs_q(block * d), abs_k(n_kv * d), dots(block * n_kv), mags(block * n_kv), rmags(block * n_kv);
+  // The row's weights P and, from them, P V (the output), P |V| (its
+  // terms' magnitude), and with W2 = P o P and A2 = P o P o (1 + sigma)^2
+  // the root-sum-square of one rounding of each term, weight and score
+  // (RowMagnitude::noise): W2 (V o V), A2 V, A2 (V o V) and A2's row sums.
+  std::vector<double> w(block * n_kv), w2(block * n_kv), a2(block * n_kv), abs_v(n_kv * d_v), sq_v(n_kv * d_v),
+      o(block * d_v), pa(block * d_v), w2v2(block * d_v), a2v(block * d_v), a2v2(block * d_v), a2_sum(block);
+  std::vector<RowMagnitude> rows(sh.batch * sh.heads * sh.n_q);
   double weighted_score = 0;
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
       const double* k = &in.k(b, h / sh.group(), 0, 0);
+      const double* v = &in.v(b, h / sh.group(), 0, 0);
       const double sink = mask.sink(h);
       if (std::isfinite(sink)) score_mag = std::max(score_mag, std::fabs(sink));
+      double head_v = 0;
       for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]);
+      for (std::size_t x = 0; x < n_kv * d_v; ++x) {
+        abs_v[x] = std::fabs(v[x]);
+        sq_v[x] = v[x] * v[x];
+        head_v = std::max(head_v, abs_v[x]);
+      }
       for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
-        const std::size_t rows = std::min(block, sh.n_q - i0);
+        const std::size_t nr = std::min(block, sh.n_q - i0);
         const double* q = &in.q(b, h, i0, 0);
-        for (std::size_t x = 0; x < rows * d; ++x) abs_q[x] = std::fabs(q[x]);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), signed_scale, q, int(d), k,
+        for (std::size_t x = 0; x < nr * d; ++x) abs_q[x] = std::fabs(q[x]);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(nr), int(n_kv), int(d), signed_scale, q, int(d), k,
                     int(d), 0.0, dots.data(), int(n_kv));
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d), 1.0, abs_q.data(), int(d),
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(nr), int(n_kv), int(d), 1.0, abs_q.data(), int(d),
                     abs_k.data(), int(d), 0.0, mags.data(), int(n_kv));
-        for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t r = 0; r < nr; ++r) {
           const std::size_t i = i0 + r;
+          RowMagnitude& row = rows[(b * sh.heads + h) * sh.n_q + i];
+          row.v_max = head_v;
           double* score = dots.data() + r * n_kv;
+          double* p = w.data() + r * n_kv;
           // one rounding of a score is u times its magnitude; soft-capped, the
           // raw score's damped by the cap's derivative f, plus the capped score's
           double* rounding = rmags.data() + r * n_kv;
@@ -128,29 +163,71 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
           }
           mask.apply(score, b, h, i, 0, n_kv);  // the final scores, -inf where masked
           double row_max = sink;
+          row.score_mag = std::isfinite(sink) ? std::fabs(sink) : 0.0;
           for (std::size_t j = 0; j < n_kv; ++j) {
             if (score[j] == -inf) continue;  // masked
             const double added = std::fabs(mask.alibi(h, i, j)) + std::fabs(mask.offset(i, j));
-            score_mag = std::max(score_mag, scale * mags[r * n_kv + j] * mag_up + added);
+            row.score_mag = std::max(row.score_mag, scale * mags[r * n_kv + j] * mag_up + added);
             rounding[j] += added;
             row_max = std::max(row_max, score[j]);
           }
-          if (!std::isfinite(row_max)) continue;
-          max_lse = std::max(max_lse, std::fabs(row_max) + std::log(terms));
+          score_mag = std::max(score_mag, row.score_mag);
+          std::fill(p, p + n_kv, 0.0);
+          std::fill_n(w2.begin() + std::ptrdiff_t(r * n_kv), n_kv, 0.0);
+          std::fill_n(a2.begin() + std::ptrdiff_t(r * n_kv), n_kv, 0.0);
+          a2_sum[r] = 0;
+          if (!std::isfinite(row_max)) {
+            row.masked = true;
+            continue;
+          }
+          row.lse = std::fabs(row_max) + std::log(terms);
+          max_lse = std::max(max_lse, row.lse);
           // the weights (the sink in the denominator) and the magnitudes they weigh
-          double l = std::exp(sink - row_max), weighted = 0;
-          for (std::size_t j = 0; j < n_kv; ++j) l += score[j] == -inf ? 0.0 : std::exp(score[j] - row_max);
-          for (std::size_t j = 0; j < n_kv; ++j)
-            if (score[j] != -inf) weighted += std::exp(score[j] - row_max) / l * rounding[j];
+          const double sink_p = std::exp(sink - row_max);
+          double l = sink_p, weighted = 0;
+          for (std::size_t j = 0; j < n_kv; ++j) l += p[j] = score[j] == -inf ? 0.0 : std::exp(score[j] - row_max);
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            p[j] /= l;
+            weighted += p[j] * rounding[j];
+            w2[r * n_kv + j] = p[j] * p[j];
+            a2[r * n_kv + j] = w2[r * n_kv + j] * (1 + rounding[j]) * (1 + rounding[j]);
+            a2_sum[r] += a2[r * n_kv + j];
+          }
+          // the sink: a weight and a logit whose value is 0 (it moves o by p_sink (0 - o))
+          if (std::isfinite(sink)) a2_sum[r] += std::pow(sink_p / l * (1 + std::fabs(sink)), 2);
+          row.weighted = weighted;
           weighted_score = std::max(weighted_score, weighted);
+        }
+        const auto gemm = [&](const std::vector<double>& a, const double* x, std::vector<double>& y) {
+          cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(nr), int(d_v), int(n_kv), 1.0, a.data(), int(n_kv),
+                      x, int(d_v), 0.0, y.data(), int(d_v));
+        };
+        gemm(w, v, o);
+        gemm(w, abs_v.data(), pa);
+        gemm(w2, sq_v.data(), w2v2);
+        gemm(a2, v, a2v);
+        gemm(a2, sq_v.data(), a2v2);
+        for (std::size_t r = 0; r < nr; ++r) {
+          RowMagnitude& row = rows[(b * sh.heads + h) * sh.n_q + i0 + r];
+          for (std::size_t c = 0; c < d_v; ++c) {
+            const std::size_t x = r * d_v + c;
+            const double oc = o[x];
+            row.out = std::max(row.out, std::fabs(oc));
+            row.terms = std::max(row.terms, pa[x] * mag_up);
+            // sum_j a2_j (v_jc - o_c)^2 expanded; its cancellation (a one-hot
+            // row) is kept non-negative and is far below u_acc's scale
+            const double scores = std::max(0.0, a2v2[x] - 2 * oc * a2v[x] + oc * oc * a2_sum[r]);
+            row.noise = std::max(row.noise, std::sqrt(w2v2[x] + scores));
+          }
         }
       }
     }
   for (double x : in.v) max_v = std::max(max_v, std::fabs(x));
-  Magnitudes m{score_mag, max_v, max_lse, weighted_score, terms, double(sh.d_k),
+  Magnitudes m{score_mag, max_v, max_lse, weighted_score, max_v, max_v, terms, double(sh.d_k),
                double(sh.batch * sh.heads * sh.n_q) * double(std::max(sh.d_v, sh.n_kv))};
   if (opt.softcap) m.extra_roundings += 3 + softcap_tanh_ulps;
   if (opt.alibi_slopes) m.extra_roundings += 2;
+  m.rows = std::move(rows);
   return m;
 }
 
@@ -165,7 +242,7 @@ ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
   bound.score_weighted = m.weighted_score;
   constexpr double u_double = 0x1p-53;  // weights and lse are returned in double
   bound.weights = std::min(1.0, std::expm1(2 * ds) + g(2 * n + 8) + u_double);
-  bound.out = std::min(2 * max_v, max_v * (std::expm1(2 * ds) + g(4 * n + 10) + u_store));
+  bound.out = std::min(2 * max_v, m.out_terms * (std::expm1(2 * ds) + g(4 * n + 10)) + u_store * m.out_max);
   bound.lse = 3 * ds + g(2 * n + 4) + (u_acc + u_double) * (std::log(n) + max_lse);
   bound.weights_from_lse = std::min(1.0, std::expm1(ds + bound.lse) + 2 * u_acc + u_double);
   bound.row_sum = g(n + 4) + gamma(n, u_double);
@@ -205,6 +282,12 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
       abs_do(block * d_v), pv(n_kv * d_v), cap_slope(opt.softcap ? block * n_kv : 0), abs_v(n_kv * d_v),
       dov(block * n_kv);
   std::vector<double> heads(opt.need_dbias ? sh.n_q * n_kv : 0), c_heads(heads.size()), a_heads(heads.size());
+  // What one rounding of each score (sigma_ij, and |lse_i| for a run that
+  // rebuilds P from its logsumexp) moves each gradient by: the terms
+  // weighted by it (GradientScales::score_* and lse_*).
+  std::vector<double> sig(block * n_kv), row_lse(block), as(block * n_kv), al(block * n_kv), ps(block * n_kv),
+      pl(block * n_kv), sq(block * d), sk(n_kv * d), lk(n_kv * d), sv(n_kv * d_v), lv(n_kv * d_v), ds(block * n_kv),
+      sq_k(n_kv * d), sq_q(block * d), sq_do(block * d_v);
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
       // dK and dV of a K/V head sum over its g query heads: column sums too
@@ -213,11 +296,12 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         std::fill(ck.begin(), ck.end(), 0.0);
         std::fill(ak.begin(), ak.end(), 0.0);
         std::fill(pv.begin(), pv.end(), 0.0);
+        for (auto* x : {&sk, &lk, &sv, &lv}) std::fill(x->begin(), x->end(), 0.0);
       }
       const double* k = &in.k(b, h / sh.group(), 0, 0);
       const double* v = &in.v(b, h / sh.group(), 0, 0);
       const double sink = mask.sink(h);
-      for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]);
+      for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]), sq_k[x] = k[x] * k[x];
       for (std::size_t x = 0; x < n_kv * d_v; ++x) abs_v[x] = std::fabs(v[x]);
       for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
         const std::size_t rows = std::min(block, sh.n_q - i0);
@@ -245,6 +329,8 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           double m = sink;
           for (std::size_t j = 0; j < n_kv; ++j) m = std::max(m, p[j]);
           sink_w[r] = 0;
+          std::fill_n(sig.begin() + std::ptrdiff_t(r * n_kv), n_kv, 0.0);
+          row_lse[r] = 0;
           if (m == -inf) {
             std::fill(p, p + n_kv, 0.0);
             continue;
@@ -252,6 +338,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           double sum = std::exp(sink - m), weighted = 0;
           for (std::size_t j = 0; j < n_kv; ++j) sum += p[j] = std::exp(p[j] - m);
           const double lse = std::fabs(m + std::log(sum));
+          row_lse[r] = lse;
           sink_w[r] = std::exp(sink - m) / sum;
           sink_mass[h] += sink_w[r];
           for (std::size_t j = 0; j < n_kv; ++j) {
@@ -265,7 +352,10 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
               const double f = cap_slope[r * n_kv + j];
               score = f * score + *opt.softcap * std::sqrt(1 - f);  // |c tanh(raw / c)| = c sqrt(1 - f)
             }
-            if (p[j] > 0) weighted += p[j] * (score + std::fabs(mask.alibi(h, i, j)) + std::fabs(mask.offset(i, j)));
+            if (p[j] > 0) {
+              sig[r * n_kv + j] = score + std::fabs(mask.alibi(h, i, j)) + std::fabs(mask.offset(i, j));
+              weighted += p[j] * sig[r * n_kv + j];
+            }
           }
           g.scales.score = std::max(g.scales.score, weighted);
           g.scales.score_lse = std::max(g.scales.score_lse, weighted + lse);
@@ -287,6 +377,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           for (std::size_t j = 0; j < n_kv; ++j) {
             c[r * n_kv + j] = p[j] * (std::fabs(dp[r * n_kv + j]) + std::fabs(d_i) + e_i);
             a[r * n_kv + j] = p[j] * std::fabs(dp[r * n_kv + j] - d_i);
+            ds[r * n_kv + j] = p[j] * (dp[r * n_kv + j] - d_i) * (opt.softcap ? cap_slope[r * n_kv + j] : 1.0);
             if (!c_heads.empty()) c_heads[(i0 + r) * n_kv + j] += c[r * n_kv + j];
             if (!a_heads.empty()) a_heads[(i0 + r) * n_kv + j] += a[r * n_kv + j];
             if (opt.softcap) {  // d(bias) takes dS, dQ and dK take dS' = dS f
@@ -299,6 +390,34 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
             }
           }
         }
+        // The terms weighted by each score's rounding magnitude and by |lse_i|:
+        // |dS| o sigma |K| (dQ), (|dS| o sigma)^T |Q| (dK), (P o sigma)^T |dO| (dV), and with |lse_i|.
+        // Root-sum-square (squares here, GEMMs with K o K, Q o Q, dO o dO, the root at the end): the
+        // roundings are independent under the probabilistic bound's model, and their sum of magnitudes
+        // charged sqrt(n) times the noise a run shows (an error 10x any backend's then passed in fp32).
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            const std::size_t x = r * n_kv + j;
+            as[x] = std::pow(a[x] * sig[x], 2);
+            ps[x] = std::pow(s[x] * sig[x], 2);
+            pl[x] = std::pow(s[x] * row_lse[r], 2);
+          }
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, as.data(), int(n_kv),
+                    sq_k.data(), int(d), 0.0, sq.data(), int(d));
+        for (std::size_t x = 0; x < rows * d; ++x) g.scales.score_dq = std::max(g.scales.score_dq, std::sqrt(sq[x]));
+        // |lse_i| moves all of row i's weights by one factor, so dQ_i itself (not its terms): |lse_i| |dQ_i|
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, ds.data(), int(n_kv), k,
+                    int(d), 0.0, sq.data(), int(d));
+        for (std::size_t x = 0; x < rows * d; ++x) g.scales.lse_dq = std::max(g.scales.lse_dq, row_lse[x / d] * std::fabs(sq[x]));
+        for (std::size_t x = 0; x < rows * n_kv; ++x) al[x] = std::pow(a[x] * row_lse[x / n_kv], 2);
+        for (std::size_t x = 0; x < rows * d; ++x) sq_q[x] = abs_q[x] * abs_q[x];
+        for (std::size_t x = 0; x < rows * d_v; ++x) sq_do[x] = abs_do[x] * abs_do[x];
+        for (auto [w, acc] : {std::pair{&as, &sk}, std::pair{&al, &lk}})
+          cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d), int(rows), 1.0, w->data(), int(n_kv),
+                      sq_q.data(), int(d), 1.0, acc->data(), int(d));
+        for (auto [w, acc] : {std::pair{&ps, &sv}, std::pair{&pl, &lv}})
+          cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d_v), int(rows), 1.0, w->data(), int(n_kv),
+                      sq_do.data(), int(d_v), 1.0, acc->data(), int(d_v));
         // dQ's floor: c |K| per row;  dK's: c^T |Q| summed over the blocks
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, c.data(), int(n_kv),
                     abs_k.data(), int(d), 0.0, cq.data(), int(d));
@@ -319,6 +438,10 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
       for (double x : pv) g.scales.terms_dv = std::max(g.scales.terms_dv, x);
       for (double x : cols) g.col_sum = std::max(g.col_sum, x);
       for (double x : ck) g.scales.dk = std::max(g.scales.dk, x);
+      for (double x : sk) g.scales.score_dk = std::max(g.scales.score_dk, std::sqrt(x));
+      for (double x : lk) g.scales.lse_dk = std::max(g.scales.lse_dk, std::sqrt(x));
+      for (double x : sv) g.scales.score_dv = std::max(g.scales.score_dv, std::sqrt(x));
+      for (double x : lv) g.scales.lse_dv = std::max(g.scales.lse_dv, std::sqrt(x));
     }
   for (double x : sink_mass) g.sink_mass = std::max(g.sink_mass, x);
   for (double x : sink_terms) g.scales.terms_dsinks = std::max(g.scales.terms_dsinks, x);
@@ -326,7 +449,9 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
   for (double x : heads) g.head_sum = std::max(g.head_sum, x);
   for (double x : c_heads) g.scales.dbias = std::max(g.scales.dbias, x);
   for (double x : a_heads) g.scales.terms_dbias = std::max(g.scales.terms_dbias, x);
-  for (double* x : {&g.scales.dq, &g.scales.dk, &g.scales.terms_dq, &g.scales.terms_dk}) *x *= std::fabs(scale);
+  for (double* x : {&g.scales.dq, &g.scales.dk, &g.scales.terms_dq, &g.scales.terms_dk, &g.scales.score_dq,
+                    &g.scales.score_dk, &g.scales.lse_dq, &g.scales.lse_dk})
+    *x *= std::fabs(scale);
   for (double* x : {&g.a1, &g.col_sum, &g.head_sum, &g.sink_mass}) *x *= 1 + 1e-12;
   return g;
 }
@@ -410,8 +535,17 @@ ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_
   ErrorBounds b;
   b.worst = bound_from(m, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
   b.lambda = lambda_for(failure_probability, m.outputs, 4 * m.n_kv + 10 + m.d_k, u_acc);
-  b.probable = bound_from(m, u_acc, u_store, [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); });
+  const auto probable = [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); };
+  b.probable = bound_from(m, u_acc, u_store, probable);
   b.failure_probability = failure_probability;
+  b.rows_worst.reserve(m.rows.size());
+  b.rows_probable.reserve(m.rows.size());
+  for (const RowMagnitude& r : m.rows) {
+    const Magnitudes row = of_row(m, r);
+    b.rows_worst.push_back(bound_from(row, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); }));
+    b.rows_probable.push_back(bound_from(row, u_acc, u_store, probable));
+  }
+  b.rows = m.rows;
   return b;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "attn/backend.hpp"
 
@@ -87,8 +88,36 @@ double lambda_for(double failure_probability, double inner_products, double leng
 // probability <= failure_probability under the model above. The model does
 // not hold where sums stagnate (storage accumulation in bf16/fp16): there
 // the baseline rule of verify.hpp decides.
+// Per query row (b, h, i), from the exact problem's weights P in fp64: what
+// the row's bounds and the tight rule's floor (verify.hpp) are made of, so a
+// row is judged by its own magnitudes, never by the largest of the tensor.
+struct RowMagnitude {
+  double score_mag = 0;  // max over visible keys (and the sink) of |scale| |q_i|.|k_j| + |bias_ij|
+  double weighted = 0;   // sum_j p_ij sigma_ij, sigma_ij the score's rounding magnitude (as score_weighted)
+  double lse = 0;        // |row max| + log(terms): the bound's estimate of |lse_i|
+  double terms = 0;      // max_c sum_j p_ij |v_jc|: the magnitude of the output's terms
+  // max_c sqrt(sum_j p_ij^2 (v_jc^2 + (1 + sigma_ij)^2 (v_jc - o_ic)^2)) (the sink's term
+  // included): the root-sum-square of what one rounding of each term p_ij v_jc, each
+  // weight and each score moves o_ic by (a weight's relative change e moves it by
+  // e p_ij (v_jc - o_ic); a score's error u sigma_ij, sigma_ij its rounding magnitude,
+  // likewise). The scale of one run's rounding noise in the row under the independence
+  // model of the probabilistic bound; 0 for the scores' part where the softmax is one-hot.
+  double noise = 0;
+  double out = 0;        // max_c |o_ic|
+  double v_max = 0;      // max |V| of the row's K/V head (the convex hull's cap)
+  bool masked = false;   // no visible key and no sink: output 0
+};
+
+// The per-row bounds use the row's magnitudes in place of the global
+// maxima: out_i = min(2 v_max, terms_i (expm1(2 ds_i) + g(4 n_kv + 10)) +
+// u_store out_i) (|sum_j p^_j v_j - sum_j p_j v_j| <= sum_j p_j |v_j| times
+// the weights' relative error), ds_i from the row's score magnitude, lse and
+// weights likewise. The global bound is the same formula over the maxima
+// (terms and out both max|V|), so it bounds every row's.
 struct ErrorBounds {
   ErrorBound worst, probable;
+  std::vector<RowMagnitude> rows;                  // [B, H, n_q] flattened
+  std::vector<ErrorBound> rows_worst, rows_probable;  // the bounds per row
   double lambda = 0, failure_probability = 0;
 };
 ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_acc, double u_store,
@@ -141,6 +170,16 @@ struct GradientScales {
   // and heads (what a relative change of every term, e.g. of the weights,
   // moves it by; max|gradient| can be far smaller where the terms cancel).
   double terms_dq = 0, terms_dk = 0, terms_dv = 0, terms_dbias = 0;
+  // The terms weighted by each score's rounding magnitude sigma_ij (as
+  // `score`), root-sum-square: |scale| sqrt((|dS| o sigma)^2 (K o K)),
+  // |scale| sqrt(((|dS| o sigma)^2)^T (Q o Q)), sqrt(((P o sigma)^2)^T (dO o dO)),
+  // the largest element: the scale of what one rounding of each score moves
+  // each gradient element by, per unit roundoff, the roundings independent
+  // as in the probabilistic bound's model (a score's error moves its weight
+  // relatively, so each term; the result can cancel far below). lse_*: the same weighted by |lse_i| (a run that rebuilds P as
+  // exp(S - lse) rounds the logsumexp into every score of the row); for dQ,
+  // whose row i takes one such factor as a whole, max_i |lse_i| |dQ_i|.
+  double score_dq = 0, score_dk = 0, score_dv = 0, lse_dq = 0, lse_dk = 0, lse_dv = 0;
   double terms_dsinks = 0;  // max_h sum over batch and rows of exp(sink_h - lse_i) |D_i|
   // max_h sum over batch and rows of exp(sink_h - lse_i) sum_j P_ij (|dP_ij| + |dO_i|.|v_j|):
   // one rounding of each term of D_i, formed as sum_j P_ij dP_ij or as dO_i . O_i

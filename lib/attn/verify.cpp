@@ -71,100 +71,184 @@ double max_abs(const auto& t) {
 }
 }  // namespace
 
+namespace {
+// max over each row's `width` elements of |got - ref| (a NaN is infinite, equal infinities exact).
+std::vector<double> row_errors(const double* got, const double* ref, std::size_t rows, std::size_t width) {
+  std::vector<double> e(rows, 0.0);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t c = 0; c < width; ++c) {
+      const double x = got[i * width + c], t = ref[i * width + c];
+      if (x == t) continue;
+      const double d = std::fabs(x - t);
+      e[i] = std::max(e[i], std::isnan(d) ? INFINITY : d);
+    }
+  return e;
+}
+
+// Folds row i's error and tolerance into the verdict (the largest ratio decides).
+void judge(RowVerdict& v, std::size_t i, double error, double tolerance) {
+  const double ratio = error == 0 ? 0.0 : (tolerance > 0 ? error / tolerance : INFINITY);
+  if (ratio > v.ratio || (i == 0 && ratio == 0)) v = {error, tolerance, ratio, i};
+}
+
+double max_of(const std::vector<double>& x) {
+  double m = 0;
+  for (double v : x) m = std::max(m, v);
+  return m;
+}
+}  // namespace
+
 GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double u_store, double budget) {
   constexpr double u = 0x1p-53;
   Options all = opt;
   all.need_weights = all.need_lse = true;
   GroundTruth t;
-  if (backends::reference_cost(in.shape()) <= budget) {
+  const Shape sh = in.shape();
+  const std::size_t rows = sh.batch * sh.heads * sh.n_q;
+  t.row_out_error.assign(rows, 0.0);
+  if (backends::reference_cost(sh) <= budget) {
     t.result = backends::reference_attention(in, all);
     t.kind = TruthKind::digits50;
     // 50 digits, then rounded once to double.
-    t.out_error = u * max_abs(t.result.out);
+    for (std::size_t i = 0; i < rows; ++i)
+      for (std::size_t c = 0; c < sh.d_v; ++c)
+        t.row_out_error[i] = std::max(t.row_out_error[i], u * std::fabs(t.result.out.data()[i * sh.d_v + c]));
     t.lse_error = u * max_abs(*t.result.lse);
     t.weights_error = u;
-  } else if (u_store >= 0x1p-24 || backends::reference_cost(in.shape()) > 20 * budget) {
+  } else if (u_store >= 0x1p-24 || backends::reference_cost(sh) > 20 * budget) {
     all.need_weights = opt.need_weights;  // an n_q x n_kv tensor per head: only when asked
     t.result = fp64_gemm_attention(in, all);
     t.kind = TruthKind::fp64_gemm;
-    const ErrorBound b = error_bound(in, all, u, u);
-    t.out_error = b.out;
-    t.lse_error = b.lse;
-    t.weights_error = b.weights;
+    const ErrorBounds b = error_bounds(in, all, u, u);
+    for (std::size_t i = 0; i < rows; ++i) t.row_out_error[i] = b.rows_worst[i].out;
+    t.lse_error = b.worst.lse;
+    t.weights_error = b.worst.weights;
   } else {
     t.result = backends::compensated_reference_attention(in, all);
     t.kind = TruthKind::double_double;
     // Dots and sums in ~106 bits; exp (relative error <= u), the sum's
     // rounding and the division make each weight within 4u relative, so
-    // |dO| <= 4u max|V| plus the final rounding: 5u max|V|; lse = m + log(sum):
-    // 2u (|lse| + log n_kv).
-    t.out_error = 5 * u * max_abs(in.v);
-    t.lse_error = 2 * u * (max_abs(*t.result.lse) + std::log(double(in.shape().n_kv)));
+    // |dO| <= 4u max|V| plus the final rounding: 5u max|V| (of the row's K/V head).
+    for (std::size_t b = 0; b < sh.batch; ++b)
+      for (std::size_t h = 0; h < sh.heads; ++h) {
+        double v = 0;
+        for (std::size_t x = 0; x < sh.n_kv * sh.d_v; ++x) v = std::max(v, std::fabs((&in.v(b, h / sh.group(), 0, 0))[x]));
+        std::fill_n(t.row_out_error.begin() + std::ptrdiff_t((b * sh.heads + h) * sh.n_q), sh.n_q, 5 * u * v);
+      }
+    // lse = m + log(sum): 2u (|lse| + log n_kv).
+    t.lse_error = 2 * u * (max_abs(*t.result.lse) + std::log(double(sh.n_kv)));
     t.weights_error = 5 * u;
   }
+  t.out_error = max_of(t.row_out_error);
   return t;
 }
 
 Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const RunReport* baseline) {
   Check c;
   c.truth = t.kind;
+  const Shape sh = r.rounded_inputs.shape();
   const ErrorBounds bounds = error_bounds(r.rounded_inputs, opt, r.u_acc, r.u_store);
   c.bound = bounds.worst;
   c.probable = bounds.probable;
   c.failure_probability = bounds.failure_probability;
   c.out = compare(r.out, t.result.out, r.u_store);
-  c.tolerance_out = c.bound.out + t.out_error;
-  const double trivial = 2 * max_abs(r.rounded_inputs.v);
-  c.informative = c.bound.out < trivial;
-  c.within = c.out.max_abs <= c.tolerance_out && c.out.all_finite_where_ref_finite;
-  double tight_lse = INFINITY, tight_weights = INFINITY;
+  c.informative = c.bound.out < 2 * max_abs(r.rounded_inputs.v);
+  const std::size_t rows = bounds.rows.size(), n_kv = sh.n_kv;
+  const std::vector<double> err = row_errors(r.out.data(), t.result.out.data(), rows, sh.d_v);
+
+  // The baseline's errors, row by row, and each row's unit f_i.
+  const bool is_baseline = r.traits.baseline;
+  std::vector<double> base_err;
+  if (!is_baseline) {
+    RunReport own;
+    if (!baseline) {
+      Options o = opt;
+      o.need_weights = o.need_lse = false;
+      own = baseline_backend().run(r.precision, r.accumulate, r.rounded_inputs, o);
+      baseline = &own;
+    }
+    base_err = row_errors(baseline->out.data(), t.result.out.data(), rows, sh.d_v);
+    c.baseline_error = max_of(base_err);
+  }
+  c.row_unit.resize(rows);
+  c.beta = is_baseline ? NAN : 0.0;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const RowMagnitude& m = bounds.rows[i];
+    c.row_unit[i] = r.u_acc * (m.out + m.noise) + r.u_store * m.out + r.eta_store;
+    if (!is_baseline) c.beta = std::max(c.beta, base_err[i] == 0 ? 0.0 : base_err[i] / c.row_unit[i]);
+  }
+
+  // Underflow, which the relative model does not cover: each weight, product
+  // and partial sum may err by eta_acc absolutely (subnormals of the
+  // accumulation type), the result by eta_store (of storage; fp16's start at
+  // 6e-5, so a row whose output is 1e-26 is stored as 0).
+  const double eta_weight = r.eta_acc, eta_sum = double(n_kv + 4) * r.eta_acc;
+  bool finite = c.out.all_finite_where_ref_finite;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const double underflow = r.eta_store + 2 * eta_sum * std::max(1.0, bounds.rows[i].v_max);
+    const double probable = bounds.rows_probable[i].out + t.row_out_error[i] + underflow;
+    const double rule = is_baseline ? INFINITY : (2 * c.beta + 2) * c.row_unit[i];
+    const double tight = std::min(probable, rule);
+    judge(c.out_worst, i, err[i], bounds.rows_worst[i].out + t.row_out_error[i] + underflow);
+    judge(c.out_tight, i, err[i], tight);
+    if (!bounds.rows[i].masked && bounds.rows[i].out > 0 && tight >= bounds.rows[i].out) ++c.uninformative_rows;
+  }
+  c.tight_informative = c.uninformative_rows == 0;
+  c.tolerance_global = c.bound.out + t.out_error + r.eta_store + 2 * eta_sum * std::max(1.0, max_abs(r.rounded_inputs.v));
+  if (!is_baseline && rows) c.floor = 2 * c.row_unit[c.out_tight.row];
+  c.within = c.out_worst.within() && finite;
+  c.tight_within = c.out_tight.within() && finite;
+
   if (r.lse && t.result.lse) {
+    c.has_lse = true;
     c.lse = compare(*r.lse, *t.result.lse, r.u_acc);
-    c.tolerance_lse = c.bound.lse + t.lse_error;
-    c.within = c.within && c.lse.max_abs <= c.tolerance_lse;
-    tight_lse = c.probable.lse + t.lse_error;
+    const std::vector<double> e = row_errors(r.lse->data(), t.result.lse->data(), rows, 1);
+    for (std::size_t i = 0; i < rows; ++i) {
+      judge(c.lse_worst, i, e[i], bounds.rows_worst[i].lse + t.lse_error);
+      judge(c.lse_tight, i, e[i], bounds.rows_probable[i].lse + t.lse_error);
+    }
+    c.within = c.within && c.lse_worst.within();
+    c.tight_within = c.tight_within && c.lse_tight.within();
   }
   if (r.weights && t.result.weights) {
     const bool rebuilt = r.traits.weights_from_lse;
+    c.has_weights = true;
     c.weights = compare(*r.weights, *t.result.weights, r.u_acc);
-    c.tolerance_weights = (rebuilt ? c.bound.weights_from_lse : c.bound.weights) + t.weights_error;
+    const std::vector<double> e = row_errors(r.weights->data(), t.result.weights->data(), rows, n_kv);
     // With sinks a row sums to 1 - p_sink: against the truth's row sums, and
     // the sink's weight moves with the scores as any weight does (+ weights,
     // + the truth's sum of n_kv weights rounded to double).
     const bool sinks = opt.sinks.has_value();
     c.row_sum_error = max_row_sum_error(*r.weights, sinks ? &*t.result.weights : nullptr);
-    c.tolerance_row_sum = (rebuilt ? c.bound.row_sum_from_lse : c.bound.row_sum) +
-                          (sinks ? c.bound.weights + gamma(double(r.rounded_inputs.shape().n_kv), 0x1p-53) : 0.0);
-    c.within = c.within && c.weights.max_abs <= c.tolerance_weights && c.row_sum_error <= c.tolerance_row_sum;
-    tight_weights = (rebuilt ? c.probable.weights_from_lse : c.probable.weights) + t.weights_error;
+    for (std::size_t i = 0; i < rows; ++i) {
+      const ErrorBound& w = bounds.rows_worst[i];
+      const ErrorBound& p = bounds.rows_probable[i];
+      judge(c.weights_worst, i, e[i], (rebuilt ? w.weights_from_lse : w.weights) + t.weights_error + eta_weight);
+      judge(c.weights_tight, i, e[i], (rebuilt ? p.weights_from_lse : p.weights) + t.weights_error + eta_weight);
+      const double* row = r.weights->data() + i * n_kv;
+      double sum = 0, want = sinks ? 0.0 : 1.0;
+      bool any = false;
+      for (std::size_t j = 0; j < n_kv; ++j) {
+        sum += row[j];
+        any = any || row[j] != 0;
+        if (sinks) want += t.result.weights->data()[i * n_kv + j];
+      }
+      const double sum_err = any ? std::fabs(sum - want) : 0.0;  // fully masked rows: all-zero, checked as weights
+      const double extra = sinks ? w.weights + gamma(double(n_kv), 0x1p-53) : 0.0;
+      judge(c.row_sum_worst, i, sum_err, (rebuilt ? w.row_sum_from_lse : w.row_sum) + extra + eta_sum);
+      judge(c.row_sum_tight, i, sum_err,
+            (rebuilt ? p.row_sum_from_lse : p.row_sum) + (sinks ? p.weights + gamma(double(n_kv), 0x1p-53) : 0.0) +
+                eta_sum);
+    }
+    c.within = c.within && c.weights_worst.within() && c.row_sum_worst.within();
+    c.tight_within = c.tight_within && c.weights_tight.within() && c.row_sum_tight.within();
   }
 
-  // The tight verdict: the probabilistic bound and the baseline rule.
-  const double probable_out = c.probable.out + t.out_error;
-  const bool probable_informative = c.probable.out < trivial;
-  // One rounding of each output in each of the two runs, and of each score:
-  // a score of magnitude s carries u_acc s of error in any correct order,
-  // which the softmax turns into a relative change of the weights.
-  c.floor = 2 * (r.u_acc * (1 + c.bound.score_weighted) + r.u_store) * max_abs(t.result.out);
-  const bool is_baseline = r.traits.baseline;
-  if (!is_baseline) {
-    if (baseline) {
-      c.baseline_error = compare(baseline->out, t.result.out, baseline->u_store).max_abs;
-    } else {
-      Options o = opt;
-      o.need_weights = o.need_lse = false;
-      const RunReport b = baseline_backend().run(r.precision, r.accumulate, r.rounded_inputs, o);
-      c.baseline_error = compare(b.out, t.result.out, b.u_store).max_abs;
-    }
-  }
-  const double rule = is_baseline ? INFINITY : 2 * c.baseline_error + c.floor;
-  c.tight_tolerance_out = std::min(probable_out, rule);
+  const bool probable_informative = c.probable.out < 2 * max_abs(r.rounded_inputs.v);
   c.criterion = is_baseline ? (probable_informative ? "probabilistic bound (the baseline itself)"
                                                     : "none informative (the baseline, bound trivial)")
-                            : (probable_informative ? "probabilistic bound and 2x baseline"
-                                                    : "2x baseline (probabilistic bound trivial)");
-  c.tight_within = c.out.max_abs <= c.tight_tolerance_out && c.out.all_finite_where_ref_finite &&
-                   c.lse.max_abs <= tight_lse && c.weights.max_abs <= tight_weights;
+                            : (probable_informative ? "probabilistic bound and the baseline rule, per row"
+                                                    : "the baseline rule, per row (probabilistic bound trivial)");
   return c;
 }
 
@@ -216,22 +300,34 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
     return t.weights_from_lse ? c.bound.scales.score_lse : c.bound.scales.score;
   };
   const double s_both = scores_of(f.traits) + scores_of(baseline ? baseline->forward.traits : f.traits);
+  const double lse_runs = double(f.traits.weights_from_lse) +
+                          double((baseline ? baseline->forward.traits : f.traits).weights_from_lse);
+  // `scores`: what one rounding of each score in each of the two runs moves
+  // the gradient by, per unit roundoff (null: s_both times the larger of the
+  // result and its terms, for d(bias) and d(sinks)).
   auto part = [&](std::string_view name, const auto& got, const auto& truth, double worst, double probable,
-                  double truth_error, double cancellation, double terms, const auto* base) {
+                  double truth_error, double cancellation, double terms, const auto* base, const double* scores) {
     GradientCheck::Part p;
     p.name = name;
     p.error = compare(got, truth, f.u_store);
     p.tolerance = worst + truth_error;
     p.informative = worst < max_abs(truth);
-    const double floor =
-        (f.u_acc * (2 + s_both) + 2 * f.u_store) * max_abs(truth) + 2 * f.u_acc * (terms + cancellation) +
-        2 * f.eta_store;
+    // The scores' roundings move each weight relatively, so each term of the
+    // gradient: each term weighted by its own score's magnitude, not the
+    // (possibly cancelled) result times the largest score (streaming's fp64
+    // dV, saturated soft-cap: RapidCheck seed 2), nor the largest terms
+    // times the largest score (10x errors then passed in fp64, backward_test).
+    const double floor = (2 * f.u_acc + 2 * f.u_store) * max_abs(truth) +
+                         f.u_acc * (scores ? *scores : s_both * std::max(max_abs(truth), terms)) +
+                         2 * f.u_acc * (terms + cancellation) + 2 * f.eta_store;
     double rule = INFINITY;
     if (base) {
       p.baseline_error = compare(*base, truth, f.u_store).max_abs;
       rule = 2 * p.baseline_error + floor;
     }
     p.tight_tolerance = std::min(probable + truth_error, rule);
+    p.tight_informative = p.tight_tolerance < max_abs(truth);
+    c.tight_informative = c.tight_informative && p.tight_informative;
     const bool finite = p.error.all_finite_where_ref_finite;
     c.within = c.within && finite && p.error.max_abs <= p.tolerance;
     c.tight_within = c.tight_within && finite && p.error.max_abs <= p.tight_tolerance;
@@ -239,17 +335,22 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   };
   const Gradients<double>* b = baseline ? &baseline->grads : nullptr;
   const GradientScales& g = c.bound.scales;
-  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, g.dq, g.terms_dq, b ? &b->dq : nullptr);
-  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, g.dk, g.terms_dk, b ? &b->dk : nullptr);
-  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, 0.0, g.terms_dv, b ? &b->dv : nullptr);
+  const double score_dq = 2 * g.score_dq + lse_runs * g.lse_dq, score_dk = 2 * g.score_dk + lse_runs * g.lse_dk,
+               score_dv = 2 * g.score_dv + lse_runs * g.lse_dv;
+  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, g.dq, g.terms_dq, b ? &b->dq : nullptr,
+       &score_dq);
+  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, g.dk, g.terms_dk, b ? &b->dk : nullptr,
+       &score_dk);
+  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, 0.0, g.terms_dv, b ? &b->dv : nullptr,
+       &score_dv);
   if (r.grads.dbias && t.grads.dbias)
     part("dbias", *r.grads.dbias, *t.grads.dbias, c.bound.dbias, c.probable.dbias, t.dbias_error, g.dbias,
-         g.terms_dbias, b && b->dbias ? &*b->dbias : nullptr);
+         g.terms_dbias, b && b->dbias ? &*b->dbias : nullptr, nullptr);
   else if (opt.need_dbias)
     c.within = c.tight_within = false;  // asked for and not returned
   if (r.grads.dsinks && t.grads.dsinks)
     part("dsinks", *r.grads.dsinks, *t.grads.dsinks, c.bound.dsinks, c.probable.dsinks, t.dsinks_error, g.dsinks,
-         g.terms_dsinks, b && b->dsinks ? &*b->dsinks : nullptr);
+         g.terms_dsinks, b && b->dsinks ? &*b->dsinks : nullptr, nullptr);
   else if (opt.sinks)
     c.within = c.tight_within = false;  // sinks given and their gradient not returned
   return c;

@@ -70,15 +70,10 @@ Json gradient_json(const BackwardReport& br, std::size_t peak, const GradientChe
             {"workspace_bytes", br.workspace_bytes}};
   if (c) {
     j["truth"] = truth_name(c->truth);
-    j["within_bound"] = c->within;
+    j["within"] = c->within;
     j["within_tight"] = c->tight_within;
-    for (const auto& part : c->parts)
-      j[std::string(part.name)] = {{"max_abs_error", part.error.max_abs},
-                                   {"max_rel_error", part.error.max_rel},
-                                   {"tolerance", part.tolerance},
-                                   {"tight_tolerance", part.tight_tolerance},
-                                   {"baseline_error", part.baseline_error},
-                                   {"informative", part.informative}};
+    j["tight_informative"] = c->tight_informative;
+    for (const auto& part : c->parts) j[std::string(part.name)] = to_json(part);
   }
   return j;
 }
@@ -175,27 +170,7 @@ int run(const Args& args) {
               {"peak_bytes", peak},
               {"workspace_bytes", r.workspace_bytes},
               {"max_row_sum_error", row_sum}};
-    if (check) {
-      j["truth"] = truth_name(c.truth);
-      j["max_abs_error"] = c.out.max_abs;
-      j["max_rel_error"] = c.out.max_rel;
-      j["max_ulps"] = c.out.max_ulps;
-      j["error_bound"] = c.bound.out;
-      j["tolerance"] = c.tolerance_out;
-      j["lse_max_abs_error"] = c.lse.max_abs;
-      j["lse_error_bound"] = c.bound.lse;
-      j["weights_max_abs_error"] = c.weights.max_abs;
-      j["weights_tolerance"] = c.tolerance_weights;
-      j["informative"] = c.informative;
-      j["within_bound"] = c.within;
-      j["probable_bound"] = c.probable.out;
-      j["failure_probability"] = c.failure_probability;
-      j["baseline_error"] = c.baseline_error;
-      j["floor"] = c.floor;
-      j["tight_tolerance"] = c.tight_tolerance_out;
-      j["criterion"] = c.criterion;
-      j["within_tight"] = c.tight_within;
-    }
+    if (check) j.update(to_json(c));
     if (br) j["backward"] = gradient_json(*br, backward_peak, gc ? &*gc : nullptr);
     print_json(j);
   } else {
@@ -213,10 +188,16 @@ int run(const Args& args) {
     if (check) {
       std::printf("  max |O - truth| %.3g (%.3g ulps of %s; truth %s)\n", c.out.max_abs, c.out.max_ulps,
                   std::string(precision.name).c_str(), std::string(truth_name(c.truth)).c_str());
-      std::printf("  tight: tolerance %.3g (probabilistic bound %.3g, baseline error %.3g x 2 + %.3g; %s): %s\n",
-                  c.tight_tolerance_out, c.probable.out, c.baseline_error, c.floor, std::string(c.criterion).c_str(),
-                  c.tight_within ? "within" : "EXCEEDED");
-      std::printf("  guaranteed: worst-case bound %.3g: %s\n", c.tolerance_out, c.within ? "within" : "EXCEEDED");
+      std::printf("  tight, per row: row %zu decides, error %.3g, tolerance %.3g (probabilistic bound %.3g; the baseline "
+                  "rule (2 beta + 2) f with beta %.3g, f %.3g; %s): %s%s\n",
+                  c.out_tight.row, c.out_tight.error, c.out_tight.tolerance, c.probable.out, c.beta,
+                  c.floor / 2, std::string(c.criterion).c_str(), c.tight_within ? "within" : "EXCEEDED",
+                  c.tight_informative ? ""
+                                      : (", UNINFORMATIVE: the tolerance reaches the output itself in " +
+                                         std::to_string(c.uninformative_rows) + " row(s)")
+                                            .c_str());
+      std::printf("  guaranteed: worst-case bound %.3g (row %zu): %s\n", c.out_worst.tolerance, c.out_worst.row,
+                  c.within ? "within" : "EXCEEDED");
     }
     if (br) {
       std::printf("  backward: time %.6f s (cold call), peak heap %zu bytes, workspace %zu bytes\n", br->seconds,
@@ -226,13 +207,14 @@ int run(const Args& args) {
       if (gc) {
         std::printf("  gradients against the truth (%s):\n", std::string(truth_name(gc->truth)).c_str());
         for (const auto& part : gc->parts)
-          std::printf("    %-5s max error %.3g, tight tolerance %.3g (baseline error %.3g), worst-case bound %.3g: %s\n",
+          std::printf("    %-5s max error %.3g, tight tolerance %.3g (baseline error %.3g), worst-case bound %.3g: %s%s\n",
                       std::string(part.name).c_str(), part.error.max_abs, part.tight_tolerance, part.baseline_error,
                       part.tolerance,
                       part.error.max_abs <= part.tight_tolerance && part.error.max_abs <= part.tolerance &&
                               part.error.all_finite_where_ref_finite
                           ? "within"
-                          : "EXCEEDED");
+                          : "EXCEEDED",
+                      part.tight_informative ? "" : " (UNINFORMATIVE: the tolerance reaches the gradient itself)");
       }
     }
   }

@@ -185,6 +185,10 @@ Json run_cell(const BackendInfo& b, const Cell& cell, std::size_t index, int cas
     const Case c = restricted(*props::gen_case(p.cost_budget), b, cell.config);
     write_progress(out, index, props::describe(c));
     props::backend_runs() = props::backend_refusals() = 0;
+    props::under_test() = &b;  // only its runs count (not the baseline's inside a property)
+    struct Reset {
+      ~Reset() { props::under_test() = nullptr; }
+    } reset;
     try {
       p.check(b, c);
     } catch (const Unsupported& e) {
