@@ -21,8 +21,8 @@
 // forward + backward 3.5x, backend.hpp's backward_flops), bytes of Q/K/V/O
 // per second, the model's workspace bytes, the measured peak heap of one
 // cold call, and the error against the ground truth of verify() (50 digits
-// where affordable, else fp64 by its own GEMM algorithm: error_ref_digits 50
-// or 16, the truth's own bound in the tolerance).
+// where affordable, else independent.hpp's double-double or fp64:
+// error_ref_digits 50 or 16, the truth's own bound in the tolerance).
 // Each benchmark verifies its output before timing and skips with an error
 // on a mismatch; a size whose workspace and tensors exceed the memory cap is
 // skipped with the bytes it would need.

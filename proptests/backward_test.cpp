@@ -11,7 +11,9 @@
 #include <array>
 #include <tuple>
 
+#include "attn/backends/reference.hpp"
 #include "attn/backends/reference_exact.hpp"
+#include "attn/independent.hpp"
 #include "attn/metrics.hpp"
 #include "attn/random.hpp"
 #include "attn/registry.hpp"
@@ -248,6 +250,77 @@ TEST(BackwardFormulas, SinkGradientMatchesFiniteDifferences) {
 // worst-case and the tight verdicts; exact zeros for keys no query sees and
 // fully masked rows; and the tight verdict's power: the same result with its
 // error inflated 10x must fail it.
+// The ground truth's own code (independent.hpp: no MaskView, no softmax
+// helper, no BLAS) against the library's 50-digit reference (the naive
+// kernel's template in 50 digits, which shares those helpers with the
+// backends) on every problem above, variants included: two 50-digit
+// evaluations written apart must round to the same doubles (within one
+// rounding of each, u |x|); the double-double and plain fp64 evaluations
+// must be within their stated bounds of 50 digits (verify.hpp: 5 u max|V|
+// and 8 u T + u |g| for double-double, the derived fp64 worst-case bounds for
+// fp64). A wrong mask, scale or softmax on either side shows here.
+TEST(Truth, IndependentCodeAgreesWithTheLibrarysFiftyDigitsAndMeetsItsBounds) {
+  constexpr double u = 0x1p-53;
+  const auto max_abs = [](const auto& t) {
+    double m = 0;
+    for (double x : t)
+      if (std::isfinite(x)) m = std::max(m, std::fabs(x));
+    return m;
+  };
+  for (const Problem& p : problems()) {
+    const Inputs<double> in = random_inputs(p.shape, p.seed, p.logit_scale);
+    Options opt = p.options(p.shape);
+    opt.need_weights = opt.need_lse = true;
+    opt.need_dbias = std::holds_alternative<mask::AdditiveBias>(opt.mask);
+    const xt::xtensor<double, 4> d_out = random_d_out(p.shape, p.seed + 1);
+    const Result<double> lib = backends::reference_attention(in, opt);
+    const Result<double> ind = independent_attention(in, opt, IndependentPrecision::digits50);
+    const Result<double> dd = independent_attention(in, opt, IndependentPrecision::double_double);
+    const Result<double> f64 = independent_attention(in, opt, IndependentPrecision::fp64);
+    const double max_o = max_abs(lib.out), max_v = max_abs(in.v);
+    EXPECT_LE(compare(ind.out, lib.out, u).max_abs, u * max_o) << p.name << ": output, 50 digits twice";
+    EXPECT_LE(compare(*ind.lse, *lib.lse, u).max_abs, u * max_abs(*lib.lse)) << p.name << ": lse";
+    EXPECT_LE(compare(*ind.weights, *lib.weights, u).max_abs, u) << p.name << ": weights";
+    const double dd_err = compare(dd.out, ind.out, u).max_abs, f64_err = compare(f64.out, ind.out, u).max_abs;
+    const double f64_bound = error_bound(in, opt, u, u).out;
+    EXPECT_LE(dd_err, (5 * u + dd_softcap_error(opt)) * max_v) << p.name << ": double-double output";
+    EXPECT_LE(f64_err, f64_bound) << p.name << ": fp64 output";
+    const Gradients<double> glib = backends::reference_gradients(in, d_out, opt);
+    const Gradients<double> gind = independent_gradients(in, d_out, opt, IndependentPrecision::digits50);
+    const Gradients<double> gdd = independent_gradients(in, d_out, opt, IndependentPrecision::double_double);
+    const Gradients<double> g64 = independent_gradients(in, d_out, opt, IndependentPrecision::fp64);
+    const GradientBound gb = gradient_bounds(in, d_out, gind, opt, u, u, 0x1p-1074, 0x1p-1074).worst;
+    const GradientScales& t = gb.scales;
+    const double heads = double(p.shape.batch * p.shape.heads);  // the library sums d(bias) per head in double
+    struct G {
+      const char* name;
+      const xt::xtensor<double, 4>&lib, &ind, &dd, &f64;
+      double terms, worst;
+    };
+    for (const G& g : {G{"dq", glib.dq, gind.dq, gdd.dq, g64.dq, t.terms_dq, gb.dq},
+                       G{"dk", glib.dk, gind.dk, gdd.dk, g64.dk, t.terms_dk, gb.dk},
+                       G{"dv", glib.dv, gind.dv, gdd.dv, g64.dv, t.terms_dv, gb.dv}}) {
+      const double m = max_abs(g.lib);
+      EXPECT_LE(compare(g.ind, g.lib, u).max_abs, u * m) << p.name << ": " << g.name << ", 50 digits twice";
+      EXPECT_LE(compare(g.dd, g.ind, u).max_abs, (8 * u + 2 * dd_softcap_error(opt)) * g.terms + u * m)
+          << p.name << ": " << g.name << " double-double";
+      EXPECT_LE(compare(g.f64, g.ind, u).max_abs, g.worst) << p.name << ": " << g.name << " fp64";
+    }
+    if (opt.need_dbias) {
+      ASSERT_TRUE(gind.dbias && glib.dbias) << p.name;
+      EXPECT_LE(compare(*gind.dbias, *glib.dbias, u).max_abs, (1 + heads) * u * max_abs(*glib.dbias)) << p.name;
+    }
+    if (opt.sinks) {
+      ASSERT_TRUE(gind.dsinks && glib.dsinks) << p.name;
+      EXPECT_LE(compare(*gind.dsinks, *glib.dsinks, u).max_abs, (1 + double(p.shape.batch)) * u * max_abs(*glib.dsinks))
+          << p.name;
+    }
+    std::printf("%-46s double-double %.2f u max|V|, fp64 %.3g of its bound; gradients (dq) double-double %.3g u T\n",
+                p.name.c_str(), dd_err / (u * max_v), f64_err / f64_bound,
+                compare(gdd.dq, gind.dq, u).max_abs / (u * std::max(t.terms_dq, 1e-300)));
+  }
+}
+
 TEST(Backward, EveryBackendAgreesWithTheReferenceInEveryPrecision) {
   std::size_t checks = 0, informative = 0;
   for (const Problem& p : problems()) {

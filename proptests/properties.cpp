@@ -103,14 +103,14 @@ double sink_weight(const Run& run, std::size_t bb, std::size_t h, std::size_t i)
 }
 
 // The run's weights against weights computed apart from every backend
-// (fp64_gemm_attention: DGEMM scores, a row softmax in double), elementwise,
+// (independent.hpp in fp64: its own loops, no BLAS, no MaskView), elementwise,
 // within the run's probabilistic bound plus that computation's own bound. A
 // backend that rebuilds its weights from its logsumexp (streaming) would pass
 // row-sum and masked-zero checks of its own weights with a tile dropped or
 // the causal hull shifted; this check would not.
 void assert_weights_match_independent(const Run& run) {
   const GroundTruth t = ground_truth(run.in, run.opt, run.r.u_store, /*budget=*/0);
-  RC_ASSERT(t.kind == TruthKind::fp64_gemm);
+  RC_ASSERT(t.kind == TruthKind::fp64 || t.kind == TruthKind::double_double);  // (fp64 storage: double-double)
   const ErrorBounds bounds = error_bounds(run.in, run.opt, run.r.u_acc, run.r.u_store);
   const double tol =
       (run.r.traits.weights_from_lse ? bounds.probable.weights_from_lse : bounds.probable.weights) + t.weights_error;

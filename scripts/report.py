@@ -582,10 +582,17 @@ DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "
 
 def accuracy_report(acc, folder):
     require(acc, ["points"], "accuracy.json")
-    pts = acc["points"]
-    if not pts:
+    every = acc["points"]
+    if not every:
         raise ReportError("accuracy.json: no points")
-    for p in pts:
+    # The figures and the medians: one head, d_k = d_v (the problems every profile sweeps over n and the logit
+    # scale); the problems of several batches and heads have their own table below, and every point counts in
+    # the verdicts' headroom.
+    pts = [q for q in every if q.get("batch", 1) == 1 and q.get("heads", 1) == 1 and q.get("d_v", q.get("d")) == q.get("d")]
+    multi = [q for q in every if q not in pts]
+    if not pts:
+        raise ReportError("accuracy.json: no single-head point")
+    for p in every:
         require(p, ["backend", "precision", "accumulate", "n", "d", "mask", "logit_scale", "max_abs", "u_store"],
                 "accuracy.json point")
     precisions = [p for p in DEFAULT_ACC if any(q["precision"] == p for q in pts)]
@@ -632,8 +639,8 @@ def accuracy_report(acc, folder):
             worst[prec] = w
     lines += ["Max |O - truth| / max |truth| against n (d = 64, no mask, scaled scores of unit variance), each "
               "precision at its default accumulation; the dotted line is the storage format's unit roundoff u. The truth is "
-              "verify()'s: the 50-digit reference where affordable, else fp64 by an independent GEMM evaluation "
-              "(fp32 and narrower) or double-double (fp64), its own bound added (each point's `reference` in "
+              "verify()'s, code of its own (independent.hpp: no BLAS, no library helper): 50 digits where affordable, "
+              "else double-double (fp64 storage) or plain fp64 (fp32 and narrower), its own bound added (each point's `reference` in "
               "data/accuracy.json says which). e4m3 and "
               "e5m2 are emulated: inputs and output quantised (power-of-two scale per tensor) around an fp32 "
               "computation. Largest "
@@ -657,7 +664,21 @@ def accuracy_report(acc, folder):
             t = sorted(q["max_abs"] for q in pick(precision=prec, accumulate=a))
             if s:
                 lines.append(f"| {prec} | {a} | {t[len(t) // 2]:.3g} | {s[len(s) // 2]:.3g} | {len(s)} |")
-    tight = [q for q in pts if isinstance(q.get("tight_tolerance"), (int, float)) and q["tight_tolerance"] > 0]
+    if multi:
+        lines += ["", "## Several batches and heads, d_k != d_v", "",
+                  "B = 2, H = 4, n = 256, d_k = 64, d_v = 32, head h's V scaled by 10^h (heads 1e3 apart; fp16 holds 65504), no mask "
+                  "and causal, logit scales 1 and 100; the output, the logsumexp and the weights each judged row by "
+                  "row (a verdict passes when all three do).", "",
+                  "| precision | accumulate | points | passed | uninformative | failed | largest err/tight (output) |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for prec in precisions:
+            for a in ("fp64", "fp32", "storage"):
+                g = [q for q in multi if q["precision"] == prec and q["accumulate"] == a]
+                if g:
+                    passed, failed, unin = runs.verdict_counts(g)
+                    lines.append(f"| {prec} | {a} | {len(g)} | {passed} | {unin} | {failed} | "
+                                 f"{max(runs.tight_ratio(q) for q in g):.3g} |")
+    tight = [q for q in every if isinstance(q.get("tight_tolerance"), (int, float)) and q["tight_tolerance"] > 0]
     if tight:
         lines += ["", "## Headroom of each verdict", "",
                   "Actual error over the tight tolerance, row by row (verify(): each query row within the smaller of "
@@ -686,6 +707,24 @@ def accuracy_report(acc, folder):
                                  + (f"{rt[-1]:.3g}" if rt else "-") + f" | {med(rw)} | "
                                  f"{sum(1 for q in g if q.get('within_tight') is False)} | "
                                  f"{sum(1 for q in g if q.get('within') is False)} |")
+    if tight:
+        lines += ["", "## Looseness by logit scale", "",
+                  "Tight tolerance over error (1 / err_tight of the deciding row) per precision, accumulation and "
+                  "logit scale, over the informative points with a non-zero error: the median and the loosest "
+                  "(largest: how much larger an error would still pass), and the tightest; uninformative points "
+                  "(a row's tolerance reaches its output) are counted, not included.", "",
+                  "| precision | accumulate | logit scale | points | uninformative | median tol/err | loosest | tightest |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"]
+        for prec in precisions:
+            for a in ("fp64", "fp32", "storage"):
+                for ls in sorted({q["logit_scale"] for q in tight}):
+                    g = [q for q in tight if q["precision"] == prec and q["accumulate"] == a and q["logit_scale"] == ls]
+                    if not g:
+                        continue
+                    r = sorted(1 / runs.tight_ratio(q) for q in g if runs.informative(q) and 0 < runs.tight_ratio(q))
+                    unin = sum(1 for q in g if not runs.informative(q))
+                    lines.append(f"| {prec} | {a} | {ls:g} | {len(g)} | {unin} | "
+                                 + (f"{r[len(r) // 2]:.3g} | {r[-1]:.3g} | {r[0]:.3g} |" if r else "- | - | - |"))
     grads = acc.get("gradient_points", [])
     if grads:
         lines += gradient_section(grads, precisions, panels)
@@ -719,8 +758,8 @@ def gradient_section(grads, precisions, panels):
     lines = ["", "## The backward pass", "",
              f"![gradient error vs n]({f1})", "",
              "The gradients dQ, dK, dV of every backend with a backward pass, dO ~ N(0, 1) (seed 2000 + the "
-             "problem's index), against `gradient_truth()`: the 50-digit reference backward where affordable, "
-             "else the math backward in fp64 with its bound (each point's `reference` says which). Each point is "
+             "problem's index), against `gradient_truth()`: the independent code's backward in 50 digits where affordable, "
+             "else in double-double or fp64 with its bound, never a backend's (each point's `reference` says which). Each point is "
              "the largest of the three relative errors max |g - truth| / max |truth|; d = 64, no mask, unit "
              "logits, each precision at its default accumulation (an exact result, error 0, is left off the log "
              "axis).", "",

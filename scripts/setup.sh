@@ -47,8 +47,8 @@ attn_build_asan() {
   fi
   if [ ! -f build-asan/build.ninja ]; then
     meson setup build-asan "${ATTN_ASAN_OPTIONS[@]}" "${ATTN_ASAN_RC[@]}"
-  else
-    meson configure build-asan "${ATTN_ASAN_RC[@]}"
+  else  # (--reconfigure reads meson_options.txt again: `meson configure` refuses an option added since)
+    meson setup --reconfigure build-asan "${ATTN_ASAN_RC[@]}"
   fi
   meson compile -C build-asan proptests/unit_test proptests/golden_test proptests/agreement_test proptests/props \
     tools/attn-lab

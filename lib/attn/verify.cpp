@@ -1,6 +1,7 @@
 #include "attn/verify.hpp"
 
-#include <cblas.h>
+#include "attn/independent.hpp"
+
 
 #include <algorithm>
 #include <cmath>
@@ -12,54 +13,10 @@ namespace attn {
 std::string_view truth_name(TruthKind k) {
   switch (k) {
     case TruthKind::digits50: return "mp50";
-    case TruthKind::fp64_gemm: return "fp64-gemm";
+    case TruthKind::fp64: return "fp64";
     case TruthKind::double_double: return "double-double";
   }
   return "?";
-}
-
-Result<double> fp64_gemm_attention(const Inputs<double>& in, const Options& opt) {
-  const Shape sh = in.shape();
-  const MaskView mask(opt, sh);
-  const double scale = opt.resolved_scale(sh), inf = std::numeric_limits<double>::infinity();
-  const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
-  Result<double> r;
-  r.out = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, n_q, d_v});
-  r.lse = xt::xtensor<double, 3>::from_shape({sh.batch, sh.heads, n_q});
-  if (opt.need_weights) r.weights = xt::xtensor<double, 4>::from_shape({sh.batch, sh.heads, n_q, n_kv});
-  const std::size_t block = std::max<std::size_t>(1, std::min<std::size_t>(256, n_q));
-  std::vector<double> s(block * n_kv);
-  for (std::size_t b = 0; b < sh.batch; ++b)
-    for (std::size_t h = 0; h < sh.heads; ++h) {
-      const double* k = &in.k(b, h / sh.group(), 0, 0);
-      const double* v = &in.v(b, h / sh.group(), 0, 0);
-      const double sink = mask.sink(h);
-      for (std::size_t i0 = 0; i0 < n_q; i0 += block) {
-        const std::size_t rows = std::min(block, n_q - i0);
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(rows), int(n_kv), int(d_k), scale, &in.q(b, h, i0, 0),
-                    int(d_k), k, int(d_k), 0.0, s.data(), int(n_kv));
-        for (std::size_t row = 0; row < rows; ++row) {
-          const std::size_t i = i0 + row;
-          double* p = s.data() + row * n_kv;
-          mask.apply(p, b, h, i, 0, n_kv);  // soft-cap, ALiBi, bias, -inf where masked
-          double m = sink;
-          for (std::size_t j = 0; j < n_kv; ++j) m = std::max(m, p[j]);
-          if (m == -inf) {  // a fully masked row without a sink: output 0, weights 0, lse -inf
-            std::fill(p, p + n_kv, 0.0);
-            (*r.lse)(b, h, i) = -inf;
-            continue;
-          }
-          double sum = std::exp(sink - m);  // the sink's term (0 without)
-          for (std::size_t j = 0; j < n_kv; ++j) sum += p[j] = std::exp(p[j] - m);
-          (*r.lse)(b, h, i) = m + std::log(sum);
-          for (std::size_t j = 0; j < n_kv; ++j) p[j] /= sum;
-        }
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d_v), int(n_kv), 1.0, s.data(), int(n_kv),
-                    v, int(d_v), 0.0, &r.out(b, h, i0, 0), int(d_v));
-        if (r.weights) std::copy(s.begin(), s.begin() + std::ptrdiff_t(rows * n_kv), &(*r.weights)(b, h, i0, 0));
-      }
-    }
-  return r;
 }
 
 namespace {
@@ -98,6 +55,8 @@ double max_of(const std::vector<double>& x) {
 }
 }  // namespace
 
+double dd_softcap_error(const Options& opt) { return opt.softcap ? 16 * 0x1p-53 * *opt.softcap : 0.0; }
+
 GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double u_store, double budget) {
   constexpr double u = 0x1p-53;
   Options all = opt;
@@ -106,8 +65,9 @@ GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double u_
   const Shape sh = in.shape();
   const std::size_t rows = sh.batch * sh.heads * sh.n_q;
   t.row_out_error.assign(rows, 0.0);
-  if (backends::reference_cost(sh) <= budget) {
-    t.result = backends::reference_attention(in, all);
+  const double cost = backends::reference_cost(sh);
+  if (cost <= budget) {
+    t.result = independent_attention(in, all, IndependentPrecision::digits50);
     t.kind = TruthKind::digits50;
     // 50 digits, then rounded once to double.
     for (std::size_t i = 0; i < rows; ++i)
@@ -115,29 +75,32 @@ GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double u_
         t.row_out_error[i] = std::max(t.row_out_error[i], u * std::fabs(t.result.out.data()[i * sh.d_v + c]));
     t.lse_error = u * max_abs(*t.result.lse);
     t.weights_error = u;
-  } else if (u_store >= 0x1p-24 || backends::reference_cost(sh) > 20 * budget) {
+  } else if (u_store >= 0x1p-24 || cost > double_double_budget) {
     all.need_weights = opt.need_weights;  // an n_q x n_kv tensor per head: only when asked
-    t.result = fp64_gemm_attention(in, all);
-    t.kind = TruthKind::fp64_gemm;
+    t.result = independent_attention(in, all, IndependentPrecision::fp64);
+    t.kind = TruthKind::fp64;
     const ErrorBounds b = error_bounds(in, all, u, u);
     for (std::size_t i = 0; i < rows; ++i) t.row_out_error[i] = b.rows_worst[i].out;
     t.lse_error = b.worst.lse;
     t.weights_error = b.worst.weights;
   } else {
-    t.result = backends::compensated_reference_attention(in, all);
+    t.result = independent_attention(in, all, IndependentPrecision::double_double);
     t.kind = TruthKind::double_double;
     // Dots and sums in ~106 bits; exp (relative error <= u), the sum's
     // rounding and the division make each weight within 4u relative, so
     // |dO| <= 4u max|V| plus the final rounding: 5u max|V| (of the row's K/V head).
+    // A soft-cap's tanh is double's (within 4 ulp): each capped score within
+    // 8u c, each weight 16u c more relative (dd_softcap_error).
+    const double cap = dd_softcap_error(opt);
     for (std::size_t b = 0; b < sh.batch; ++b)
       for (std::size_t h = 0; h < sh.heads; ++h) {
         double v = 0;
         for (std::size_t x = 0; x < sh.n_kv * sh.d_v; ++x) v = std::max(v, std::fabs((&in.v(b, h / sh.group(), 0, 0))[x]));
-        std::fill_n(t.row_out_error.begin() + std::ptrdiff_t((b * sh.heads + h) * sh.n_q), sh.n_q, 5 * u * v);
+        std::fill_n(t.row_out_error.begin() + std::ptrdiff_t((b * sh.heads + h) * sh.n_q), sh.n_q, (5 * u + cap) * v);
       }
-    // lse = m + log(sum): 2u (|lse| + log n_kv).
-    t.lse_error = 2 * u * (max_abs(*t.result.lse) + std::log(double(sh.n_kv)));
-    t.weights_error = 5 * u;
+    // lse = m + log(sum): 2u (|lse| + log n_kv), and the capped scores' error.
+    t.lse_error = 2 * u * (max_abs(*t.result.lse) + std::log(double(sh.n_kv))) + cap / 2;
+    t.weights_error = 5 * u + cap;
   }
   t.out_error = max_of(t.row_out_error);
   return t;
@@ -256,25 +219,36 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
                              double budget) {
   constexpr double u = 0x1p-53;
   GradientTruth t;
-  if (2.5 * backends::reference_cost(in.shape()) <= budget) {
-    t.grads = backends::reference_gradients(in, d_out, opt);
+  const double cost = 2.5 * backends::reference_cost(in.shape());
+  if (cost <= budget) {
+    t.grads = independent_gradients(in, d_out, opt, IndependentPrecision::digits50);
     t.kind = TruthKind::digits50;
     t.dq_error = u * max_abs(t.grads.dq);
     t.dk_error = u * max_abs(t.grads.dk);
     t.dv_error = u * max_abs(t.grads.dv);
-    if (t.grads.dbias) t.dbias_error = u * max_abs(*t.grads.dbias) * double(in.shape().batch * in.shape().heads);
-    if (t.grads.dsinks) t.dsinks_error = u * max_abs(*t.grads.dsinks) * double(in.shape().batch);
+    if (t.grads.dbias) t.dbias_error = u * max_abs(*t.grads.dbias);
+    if (t.grads.dsinks) t.dsinks_error = u * max_abs(*t.grads.dsinks);
     return t;
   }
-  const BackwardReport r = gemm_backend().run_backward("fp64", Accumulate::fp64, in, d_out, opt);
-  t.grads = r.grads;
-  t.kind = TruthKind::fp64_gemm;
+  const bool dd = cost <= double_double_budget;
+  t.grads = independent_gradients(in, d_out, opt, dd ? IndependentPrecision::double_double : IndependentPrecision::fp64);
+  t.kind = dd ? TruthKind::double_double : TruthKind::fp64;
   const GradientBound b = gradient_bounds(in, d_out, t.grads, opt, u, u, 0x1p-1074, 0x1p-1074).worst;
-  t.dq_error = b.dq;
-  t.dk_error = b.dk;
-  t.dv_error = b.dv;
-  t.dbias_error = b.dbias;
-  t.dsinks_error = b.dsinks;
+  if (dd) {  // see verify.hpp
+    const GradientScales& g = b.scales;
+    const double e = 8 * u + 2 * dd_softcap_error(opt);  // per term, relative
+    t.dq_error = e * g.terms_dq + u * max_abs(t.grads.dq);
+    t.dk_error = e * g.terms_dk + u * max_abs(t.grads.dk);
+    t.dv_error = e * g.terms_dv + u * max_abs(t.grads.dv);
+    if (t.grads.dbias) t.dbias_error = e * g.terms_dbias + u * max_abs(*t.grads.dbias);
+    if (t.grads.dsinks) t.dsinks_error = e * g.terms_dsinks + u * max_abs(*t.grads.dsinks);
+  } else {
+    t.dq_error = b.dq;
+    t.dk_error = b.dk;
+    t.dv_error = b.dv;
+    t.dbias_error = b.dbias;
+    t.dsinks_error = b.dsinks;
+  }
   return t;
 }
 

@@ -14,8 +14,8 @@
 
 namespace attn {
 
-enum class TruthKind { digits50, fp64_gemm, double_double };
-// "mp50", "fp64-gemm", "double-double": the names in JSON and reports.
+enum class TruthKind { digits50, fp64, double_double };
+// "mp50", "fp64", "double-double": the names in JSON and reports.
 std::string_view truth_name(TruthKind k);
 
 struct GroundTruth {
@@ -27,22 +27,25 @@ struct GroundTruth {
   double out_error = 0, lse_error = 0, weights_error = 0;  // out_error: the largest row's
 };
 
-// The truth for checking a backend whose storage has unit roundoff u_store:
-//   50 digits (backends::reference_attention) while reference_cost <= budget;
-//   beyond, for fp64 storage while reference_cost <= 20 budget (it is about
-//     20x cheaper), double-double (compensated_reference_attention), within
-//     5 u max|V| (agreement_test checks it against 50 digits);
-//   otherwise fp64 by an algorithm of its own (fp64_gemm_attention below):
-//     seconds at n = 4096, its error ~1e-9 of fp32's, its derived fp64 bound
-//     added to the tolerance (for an fp64 backend that makes the check the
-//     worst-case bound of both, weaker than against double-double).
+// The largest reference_cost of a double-double truth (about 20x cheaper per
+// unit than 50 digits: a minute at most here).
+inline constexpr double double_double_budget = 400 * backends::reference_budget;
+
+// The truth for checking a backend whose storage has unit roundoff u_store,
+// always from independent.hpp (code of its own, no BLAS, no library helper):
+//   50 digits while reference_cost <= budget;
+//   beyond, for fp64 storage while reference_cost <= double_double_budget,
+//     double-double, within 5 u max|V| of the row's head (agreement_test
+//     checks it against 50 digits);
+//   otherwise plain fp64 (blocked, vectorised loops), its derived fp64
+//     bound added to the tolerance (for an fp64 backend that makes the check
+//     the worst-case bound of both, weaker than against double-double).
 GroundTruth ground_truth(const Inputs<double>& in, const Options& opt, double u_store,
                          double budget = backends::reference_budget);
-
-// Attention in fp64 written apart from the backends: per head, scores by
-// one DGEMM per block of query rows, the mask, a max-shifted row softmax
-// in double, and one DGEMM with V. Returns weights and logsumexp too.
-Result<double> fp64_gemm_attention(const Inputs<double>& in, const Options& opt);
+// What a soft-cap adds to the double-double truth's relative error per weight:
+// its tanh is double's (within 4 ulp), so each capped score errs by up to
+// 8u c and each weight by 16u c relative (0 without a cap).
+double dd_softcap_error(const Options& opt);
 
 // Two verdicts of one result against the truth, each decided per query
 // row (b, h, i): a row's error max_c |x_ic - truth_ic| against that row's
@@ -124,9 +127,14 @@ Check verify(const RunReport& r, const Options& opt, double budget = backends::r
 
 // --- The backward pass ------------------------------------------------------------
 
-// The gradients' truth for a backward check: the 50-digit reference
-// (reference_gradients) while 2.5 reference_cost <= budget; beyond, the GEMM
-// backend's backward in fp64, with its own worst-case fp64 bound as its error.
+// The gradients' truth for a backward check, from independent.hpp as the
+// forward's: 50 digits while 2.5 reference_cost <= budget; beyond,
+// double-double while 2.5 reference_cost <= double_double_budget, its error
+// within (8 u + 2 dd_softcap_error) T + u max|g| per gradient (T the
+// gradient's terms' magnitude, GradientScales::terms_*: each weight within
+// 4u relative, dS within 6u with the soft-cap's derivative, sums and dots in
+// ~106 bits, one final rounding); beyond that plain fp64 with the worst-case fp64 gradient
+// bound as its error. Never a backend's own backward.
 struct GradientTruth {
   Gradients<double> grads;
   TruthKind kind = TruthKind::digits50;

@@ -28,6 +28,14 @@ std::vector<AccuracyProblem> accuracy_problems(const std::string& profile) {
           problems.push_back({n, d, causal, scale, profile == "full" || n <= 256 || (scale == 1.0 && !causal)});
   if (profile == "quick")
     for (std::size_t d : {16, 256}) problems.push_back({256, d, false, 1.0});
+  // Several batches and heads, d_k != d_v, heads of different scales (appended: the indices, hence the seeds,
+  // of the problems above are unchanged).
+  for (bool causal : {false, true})
+    for (double scale : {1.0, 100.0}) {
+      AccuracyProblem p{256, 64, causal, scale, profile != "smoke"};
+      p.batch = 2, p.heads = 4, p.d_v = 32, p.mixed_heads = true;
+      problems.push_back(p);
+    }
   for (std::size_t i = 0; i < problems.size(); ++i) problems[i].index = i;
   return problems;
 }
@@ -39,7 +47,8 @@ Json problem_fields(std::string_view backend, std::string_view precision, std::s
                     const AccuracyProblem& pr) {
   return {{"problem", pr.index}, {"backend", backend}, {"precision", precision}, {"accumulate", accumulate},
           {"n", pr.n},          {"d", pr.d},                {"mask", pr.causal ? "causal" : "none"},
-          {"logit_scale", pr.logit_scale}};
+          {"logit_scale", pr.logit_scale}, {"batch", pr.batch}, {"heads", pr.heads}, {"d_v", pr.shape().d_v},
+          {"mixed_heads", pr.mixed_heads}};
 }
 
 // One JSON point: `check` (of one backend's output against the truth) with
@@ -107,10 +116,16 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
       problem_start = now;
     }
     const AccuracyProblem& pr = problems[p];
-    const Shape shape{1, 1, pr.n, pr.n, pr.d, pr.d};
+    const Shape shape = pr.shape();
     Options opt;
     if (pr.causal) opt.mask = mask::Causal{};
-    const Inputs<double> in = random_inputs(shape, 1000 + pr.index, pr.logit_scale);
+    opt.need_weights = opt.need_lse = true;  // judged with the output (a backend that cannot return them: its run says)
+    Inputs<double> in = random_inputs(shape, 1000 + pr.index, pr.logit_scale);
+    if (pr.mixed_heads)
+      for (std::size_t b = 0; b < shape.batch; ++b)
+        for (std::size_t h = 0; h < shape.heads; ++h)
+          for (std::size_t j = 0; j < shape.n_kv; ++j)
+            for (std::size_t c = 0; c < shape.d_v; ++c) in.v(b, h, j, c) *= std::pow(10.0, double(h));
     if (progress) {
       const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::ostringstream o;
@@ -127,7 +142,9 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
           if (b.traits.exact) continue;  // the truth itself
           RunReport r;
           try {
-            r = b.traits.baseline ? base : b.run(precision.name, acc, in, opt, {}, 0);
+            r = b.traits.baseline ? base
+                                  : b.run(precision.name, acc, in, b.without_unreturnable_outputs(precision, acc, shape, opt),
+                                          {}, 0);
           } catch (const Unsupported& e) {
             not_supported(json, b.name, precision.name, accumulate_name(acc), pr, e.what());
             continue;
@@ -139,17 +156,19 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
       // The backward pass: every backend that has one, dO from seed 2000 + index.
       if (!pr.backward) continue;
       const xt::xtensor<double, 4> d_out = random_d_out(shape, 2000 + pr.index);
+      Options bopt = opt;
+      bopt.need_weights = false;  // the backward pass returns gradients
       const BackwardReport first =
-          baseline_backend().run_backward(precision.name, precision.default_accumulate, in, d_out, opt);
-      const GradientTruth g_truth = gradient_truth(first.forward.rounded_inputs, first.rounded_d_out, opt);
+          baseline_backend().run_backward(precision.name, precision.default_accumulate, in, d_out, bopt);
+      const GradientTruth g_truth = gradient_truth(first.forward.rounded_inputs, first.rounded_d_out, bopt);
       for (Accumulate acc : accumulate_policies()) {
         if (precision.default_accumulate == Accumulate::fp64 && acc == Accumulate::storage) continue;  // = fp64
-        const BackwardReport base = baseline_backend().run_backward(precision.name, acc, in, d_out, opt);
+        const BackwardReport base = baseline_backend().run_backward(precision.name, acc, in, d_out, bopt);
         for (const BackendInfo& b : all_backends()) {
           if (b.traits.exact || !b.has_backward) continue;
-          const BackwardReport r = b.traits.baseline ? base : b.run_backward(precision.name, acc, in, d_out, opt);
+          const BackwardReport r = b.traits.baseline ? base : b.run_backward(precision.name, acc, in, d_out, bopt);
           gradient_points(json["gradient_points"], b.name, precision.name, accumulate_name(acc), pr,
-                          verify_backward(r, opt, g_truth, &base), g_truth, r.forward.u_store, r.forward.u_acc);
+                          verify_backward(r, bopt, g_truth, &base), g_truth, r.forward.u_store, r.forward.u_acc);
         }
       }
     }
@@ -159,7 +178,8 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
       const Inputs<double> seen{quantise_fp8(in.q, f), quantise_fp8(in.k, f), quantise_fp8(in.v, f)};
       const GroundTruth truth = ground_truth(seen, opt, f.unit_roundoff());
       auto quantised_run = [&](const BackendInfo& b) {
-        RunReport r = b.run("fp32", Accumulate::fp32, seen, opt, {}, 0);
+        RunReport r = b.run("fp32", Accumulate::fp32, seen,
+                            b.without_unreturnable_outputs(precision_info("fp32"), Accumulate::fp32, shape, opt), {}, 0);
         r.out = quantise_fp8(r.out, f);
         r.u_store = f.unit_roundoff();
         return r;

@@ -17,16 +17,22 @@ namespace attn {
 using Progress = std::function<void(const std::string&)>;
 
 struct AccuracyProblem {
-  std::size_t n = 64, d = 64;  // n_q = n_kv = n, d_k = d_v = d
+  std::size_t n = 64, d = 64;  // n_q = n_kv = n, d_k = d (and d_v = d unless d_v says otherwise)
   bool causal = false;
   double logit_scale = 1;
   bool backward = false;  // also the gradients (accuracy_sweep's gradient_points)
   std::size_t index = 0;  // its place in its profile's list: its seeds (1000 + index, 2000 + index) and its name
+  std::size_t batch = 1, heads = 1, d_v = 0;  // B, H and d_v (0: d)
+  // Head h's V multiplied by 10^h: heads of different scales, each judged by its own rows' tolerances.
+  bool mixed_heads = false;
+  Shape shape() const { return {batch, heads, n, n, d, d_v ? d_v : d}; }
 };
 
 // "quick": n = 16 ... 1024 at d = 64, none/causal, logit scales 1, 10, 100,
 // 1000, plus d = 16 and 256 at n = 256; "full": n = 16 ... 4096, d = 32,
-// 64, 128. The gradients too: quick at n <= 256 and at n = 1024 with unit
+// 64, 128. Both (and smoke) add B = 2, H = 4, d_k = 64, d_v = 32 at n = 256,
+// none/causal, logit scales 1 and 100, heads of V scales 1 to 1e3 (fp16 holds 65504). Every
+// point asks for the logsumexp and the weights, which the verdicts judge. The gradients too: quick at n <= 256 and at n = 1024 with unit
 // logits and no mask, full everywhere. Throws Error for another name.
 // Each problem's index is its place in the list, so a subset (a shard of a
 // plan) computes exactly the points the whole sweep would.

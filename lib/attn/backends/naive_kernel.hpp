@@ -185,6 +185,10 @@ template <class S, class A>
 Gradients<S> naive_backward(const Inputs<S>& in, const xt::xtensor<S, 4>* saved_out, const xt::xtensor<S, 4>& d_out,
                             const Options& opt, Workspace& ws, std::string_view backend) {
   Gradients<S> g = allocate_gradients<S>(in.shape(), opt, naive_backward_workspace_bytes<A>(in.shape()));
+  // d(sink_h): each head's rows summed in A, then the batch in double (metrics.hpp's bound; summing every
+  // row's term in double left the 50-digit reference 7 ulps off the truth's d(sinks))
+  const Shape sh = in.shape();
+  std::vector<A> sink_sum(g.dsinks ? sh.batch * sh.heads : 0, A(0));
   naive_backward_into<S, A>(in, saved_out, d_out, opt, ws, backend,
                             [&](Grad which, std::size_t b, std::size_t h, std::size_t row, std::size_t col, const A& x) {
                               switch (which) {
@@ -192,9 +196,10 @@ Gradients<S> naive_backward(const Inputs<S>& in, const xt::xtensor<S, 4>* saved_
                                 case Grad::dk: g.dk(b, h, row, col) = convert<S>(x); break;
                                 case Grad::dv: g.dv(b, h, row, col) = convert<S>(x); break;
                                 case Grad::dbias: (*g.dbias)(row, col) += convert<double>(x); break;
-                                case Grad::dsinks: (*g.dsinks)(h) += convert<double>(x); break;
+                                case Grad::dsinks: sink_sum[b * sh.heads + h] += x; break;
                               }
                             });
+  for (std::size_t x = 0; x < sink_sum.size(); ++x) (*g.dsinks)(x % sh.heads) += convert<double>(sink_sum[x]);
   return g;
 }
 
