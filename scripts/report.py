@@ -735,6 +735,8 @@ def accuracy_report(acc, folder):
 def gradient_section(grads, precisions, panels):
     """The backward pass's part of the accuracy report: gradient error against n and the logit
     scale (figures), and per precision, policy and gradient the error and each verdict's headroom."""
+    # A non-finite gradient's relative error is null in the JSON: infinite here (and its verdicts fail).
+    grads = [dict(q, relative=math.inf) if q.get("relative") is None else q for q in grads]
     for q in grads:
         require(q, ["backend", "precision", "accumulate", "n", "d", "mask", "logit_scale", "gradient", "relative",
                     "max_abs", "bound", "tight_tolerance", "within", "within_tight"], "accuracy.json gradient point")

@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <variant>
 #include <vector>
 
 #include "attn/backends/reference_exact.hpp"
 #include "attn/double_double.hpp"
+#include "attn/parallel.hpp"
 
 namespace attn {
 namespace {
@@ -88,13 +90,20 @@ Row<T> row_of(const Inputs<double>& in, const Head& hd, const std::vector<T>& kt
   std::vector<T> q(hd.d_k);
   for (std::size_t l = 0; l < hd.d_k; ++l) q[l] = T(in.q(hd.b, hd.h, i, l));
   r.raw.assign(n, T(0));
+  // (keys j0 .. j0 + n - 1 without a gap, the common case: read directly, which the compiler vectorises)
+  const bool contiguous = n > 0 && r.keys.back() - r.keys.front() + 1 == n;
   for (std::size_t x0 = 0; x0 < n; x0 += lanes) {
     const std::size_t w = std::min(lanes, n - x0);
     T acc[lanes];
     for (std::size_t x = 0; x < lanes; ++x) acc[x] = T(0);
     for (std::size_t l = 0; l < hd.d_k; ++l) {
       const T* kl = kt.data() + l * hd.n_kv;
-      for (std::size_t x = 0; x < w; ++x) acc[x] += q[l] * kl[r.keys[x0 + x]];
+      if (contiguous && w == lanes) {
+        const T* k0 = kl + r.keys[x0];
+        for (std::size_t x = 0; x < lanes; ++x) acc[x] += q[l] * k0[x];
+      } else {
+        for (std::size_t x = 0; x < w; ++x) acc[x] += q[l] * kl[r.keys[x0 + x]];
+      }
     }
     for (std::size_t x = 0; x < w; ++x) r.raw[x0 + x] = T(hd.scale) * acc[x];
   }
@@ -125,9 +134,11 @@ Result<double> attention(const Inputs<double>& in, const Options& opt) {
   res.out = xt::zeros<double>({sh.batch, sh.heads, sh.n_q, sh.d_v});
   res.lse = xt::xtensor<double, 3>::from_shape({sh.batch, sh.heads, sh.n_q});
   if (opt.need_weights) res.weights = xt::zeros<double>({sh.batch, sh.heads, sh.n_q, sh.n_kv});
-  std::vector<T> o(sh.d_v);
-  for (std::size_t b = 0; b < sh.batch; ++b)
-    for (std::size_t h = 0; h < sh.heads; ++h) {
+  // Heads in parallel on every core (each writes only its own head's rows); rows in order within a head.
+  const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  parallel_for(sh.batch * sh.heads, threads, [&](std::size_t item, std::size_t) {
+      const std::size_t b = item / sh.heads, h = item % sh.heads;
+      std::vector<T> o(sh.d_v);
       const Head hd = head_of(sh, opt, b, h);
       const std::vector<T> kt = transposed_keys<T>(in, b, hd.kv);
       for (std::size_t i = 0; i < sh.n_q; ++i) {
@@ -142,7 +153,7 @@ Result<double> attention(const Inputs<double>& in, const Options& opt) {
         if (res.weights)
           for (std::size_t x = 0; x < r.p.size(); ++x) (*res.weights)(b, h, i, r.keys[x]) = static_cast<double>(r.p[x]);
       }
-    }
+  });
   return res;
 }
 
