@@ -61,11 +61,14 @@ extern const Command accuracy_command = {
     "                             error of every backend x precision x accumulation against the\n"
     "                             ground truth over n, d_k, mask and logit scale\n",
     R"(attn-lab accuracy [--profile smoke|quick|full] --out FILE.json: every backend (but the exact one)
-x precision x accumulation against the ground truth of verify() (50 digits where affordable)
-over n = 16 ... 1024 (16, 64 smoke; 4096 full), d = 64 (16 ... 256), no mask and causal, logit scales 1 ...
-1000, plus emulated FP8 (e4m3, e5m2); the gradients of every backend with a backward pass
-(n <= 256 and n = 1024 at unit logits without a mask; every problem in full) against
-50 digits or fp64 with its bound. Progress on stderr; --force replaces FILE.
+x precision x accumulation against the ground truth of verify() (independent.hpp: 50 digits where
+affordable, else double-double or fp64 with its bound), output, logsumexp and weights, each row by
+its own tolerance, over n = 16 ... 1024 (16, 64 smoke; 4096 full), d = 64 (16 ... 256), no mask and
+causal, logit scales 1 ... 1000, plus B = 2, H = 4, d_k = 64, d_v = 32 with heads of V scales 1 to
+1e3 (n = 256, logit scales 1 and 100), plus emulated FP8 (e4m3, e5m2); the gradients of every backend
+with a backward pass (n <= 256 and n = 1024 at unit logits without a mask; every problem in full;
+a true gradient beyond the storage's range is listed as not representable). Uninformative verdicts
+(a row's tolerance reaches its output) are flagged. Progress on stderr; --force replaces FILE.
   --problems I,J,...  only these problems of the profile's list (0-based; a shard of scripts/run --plan):
                       each with the seeds and points it has in the whole sweep
   --list              run nothing: one JSON line per problem (index, n, d, mask, logit scale, whether its
