@@ -36,9 +36,9 @@ attn_build() {
 # (line tables: stack traces with file and line): 42 s for streaming.cpp
 # against 124 s at -O2 -g, measured; the whole build was 17 minutes at -O2 -g.
 ATTN_ASAN_OPTIONS=(-Db_sanitize=address,undefined -Db_lundef=false --buildtype=plain -Doptimization=1 -Dcpp_args=-g1)
-# Its case budgets: one seed, 10 cases per property (set on every run, so a folder set up before an option
+# Its case budgets: one seed, 10 cases per property, in two processes (set on every run, so a folder set up before an option
 # existed gets it too).
-ATTN_ASAN_RC=(-Drc_seeds=20261129 -Drc_cases=10 "-Drc_mutant_params=seed=20261129 max_success=10 noshrink=1")
+ATTN_ASAN_RC=(-Drc_seeds=20261129 -Drc_cases=10 -Drc_shards=2)
 attn_build_asan() {
   # A folder an older setup.sh configured (-O2 -g) is made anew: `meson configure` would reset the optimization
   # level along with the build type.

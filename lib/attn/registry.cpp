@@ -116,6 +116,15 @@ Inputs<double> rounded_to(const PrecisionInfo& p, const Inputs<double>& in) {
   return out;
 }
 
+xt::xtensor<double, 4> rounded_to(const PrecisionInfo& p, const xt::xtensor<double, 4>& x) {
+  xt::xtensor<double, 4> out = x;
+  with_storage(p, [&](auto st) {
+    using S = typename decltype(st)::type;
+    for (double& v : out) v = convert<double>(convert<S>(v));
+  });
+  return out;
+}
+
 Options BackendInfo::without_unreturnable_outputs(const PrecisionInfo& p, Accumulate a, const Shape& s,
                                                   Options opt) const {
   for (bool Options::*need : {&Options::need_weights, &Options::need_lse}) {

@@ -48,6 +48,8 @@ std::span<const Accumulate> accumulate_policies();
 Accumulate parse_accumulate(std::string_view name);
 // `in` rounded to storage `p` (round to nearest even) and widened back, exactly.
 Inputs<double> rounded_to(const PrecisionInfo& p, const Inputs<double>& in);
+// Each element of `x` rounded to storage `p` the same way, widened back.
+xt::xtensor<double, 4> rounded_to(const PrecisionInfo& p, const xt::xtensor<double, 4>& x);
 
 // --- Running a backend ------------------------------------------------------------
 

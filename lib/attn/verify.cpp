@@ -53,7 +53,40 @@ double max_of(const std::vector<double>& x) {
   for (double v : x) m = std::max(m, v);
   return m;
 }
+
+// Mean and standard error of sum_k (e_k^2 - r_k^2) / w_k^2 (DistributionVerdict):
+// e = out - truth, r = fl(truth) - truth (`stored`: the truth rounded to the storage), w the spacing at
+// the row's largest |truth|.
+struct MeanSquare {
+  double mean = 0, se = 0;
+  std::size_t n = 0;
+};
+MeanSquare internal_mean_square(const xt::xtensor<double, 4>& out, const xt::xtensor<double, 4>& truth,
+                                const xt::xtensor<double, 4>& stored, const std::vector<RowMagnitude>& rows,
+                                std::size_t width, double u, double sub) {
+  double sum = 0, sum2 = 0;
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].masked || !(rows[i].out > 0)) continue;
+    const double w = storage_spacing(rows[i].out, u, sub);
+    for (std::size_t c = 0; c < width; ++c) {
+      const double o = truth.data()[i * width + c], x = out.data()[i * width + c];
+      if (o == 0 || !std::isfinite(o) || !std::isfinite(x)) continue;
+      const double e = (x - o) / w, r = (stored.data()[i * width + c] - o) / w, d = e * e - r * r;
+      sum += d, sum2 += d * d, ++n;
+    }
+  }
+  if (n == 0) return {};
+  const double mean = sum / double(n), var = std::max(0.0, sum2 / double(n) - mean * mean);
+  return {mean, std::sqrt(var / double(n)), n};
+}
 }  // namespace
+
+double storage_spacing(double x, double u, double min_subnormal) {
+  int e = 0;
+  std::frexp(x, &e);  // |x| in [2^(e-1), 2^e)
+  return std::max(std::ldexp(2 * u, e - 1), min_subnormal);
+}
 
 double dd_softcap_error(const Options& opt) { return opt.softcap ? 16 * 0x1p-53 * *opt.softcap : 0.0; }
 
@@ -122,8 +155,8 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
   // The baseline's errors, row by row, and each row's unit f_i.
   const bool is_baseline = r.traits.baseline;
   std::vector<double> base_err;
+  RunReport own;  // the baseline's run when none is given (read again by the distribution verdict)
   if (!is_baseline) {
-    RunReport own;
     if (!baseline) {
       Options o = opt;
       o.need_weights = o.need_lse = false;
@@ -205,6 +238,32 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
     }
     c.within = c.within && c.weights_worst.within() && c.row_sum_worst.within();
     c.tight_within = c.tight_within && c.weights_tight.within() && c.row_sum_tight.within();
+  }
+
+  // Distribution (narrow storage, not the baseline): see DistributionVerdict.
+  if (!is_baseline && r.u_store > 0x1p-24) {
+    const double sub = 2 * r.eta_store, z = 6;
+    const xt::xtensor<double, 4> stored = rounded_to(precision_info(r.precision), t.result.out);
+    const MeanSquare b = internal_mean_square(r.out, t.result.out, stored, bounds.rows, sh.d_v, r.u_store, sub);
+    const MeanSquare o = internal_mean_square(baseline->out, t.result.out, stored, bounds.rows, sh.d_v, r.u_store, sub);
+    DistributionVerdict& d = c.distribution;
+    d.elements = b.n;
+    d.applies = b.n >= 1000 && std::isfinite(b.mean);
+    if (d.applies) {
+      double model = 0;
+      for (std::size_t i = 0; i < rows; ++i) {
+        const RowMagnitude& m = bounds.rows[i];
+        if (m.masked || !(m.out > 0)) continue;
+        const double f = r.u_acc * (m.out + m.noise) / storage_spacing(m.out, r.u_store, sub);
+        model += f * f * double(sh.d_v);  // (elements of the row: an upper count, zeros included)
+      }
+      d.internal_ms = b.mean, d.internal_se = b.se, d.baseline_ms = o.mean, d.baseline_se = o.se;
+      d.model_ms = model / double(b.n);
+      d.internal_rms = std::sqrt(std::max(0.0, b.mean - z * b.se));
+      d.allowed_rms = 2 * std::sqrt(std::max(0.0, o.mean + z * o.se)) + 2 * std::sqrt(d.model_ms);
+      d.ratio = d.internal_rms == 0 ? 0.0 : (d.allowed_rms > 0 ? d.internal_rms / d.allowed_rms : INFINITY);
+      c.tight_within = c.tight_within && d.within();
+    }
   }
 
   const bool probable_informative = c.probable.out < 2 * max_abs(r.rounded_inputs.v);

@@ -93,6 +93,47 @@ struct RowVerdict {
   bool within() const { return ratio <= 1; }
 };
 
+// Distribution (storage narrower than fp32: bf16, fp16; backends other than
+// the baseline). There each element's tolerance is at least one rounding of
+// the output (the storage term u_store |o| of f_i), so an internal error of
+// a fraction of an output ulp passes every per-element verdict however
+// systematic it is. Its mean square is still measurable: with e_k = out_k -
+// o_k and r_k = fl(o_k) - o_k (the exact output correctly rounded, computed
+// from the truth), a kernel whose value before its last rounding is
+// o_k + eps_k has E[e_k^2 - r_k^2] = eps_k^2 over the uniformly distributed
+// position of o_k between two storage neighbours (the last rounding of
+// o_k + eps_k errs uniformly, as that of o_k does). So
+//   D = mean_k (e_k^2 - r_k^2) / w_k^2
+// estimates the internal error's mean square, w_k the storage's spacing at
+// the row's largest |o| (a row's elements in one unit, as f_i is); its
+// standard error is the sample standard deviation of the terms over sqrt(N).
+// The verdict (FlashAttention's rule in mean squares): the backend's
+// internal RMS, at the low end of its 6-sigma interval, within twice the
+// baseline's (same inputs, precision, policy; at the high end of its
+// interval) plus twice the model's internal noise (f_i without its storage
+// term, u_acc (out_i + noise_i), in the same units):
+//   sqrt(D_b - 6 se_b) <= 2 sqrt(D_0 + 6 se_0) + 2 sqrt(M)
+// (a normal approximation of means over N >= 1000 elements; z = 6 is a
+// two-sided 2e-9, the tight verdict's failure probability). Elements whose
+// truth is 0 (masked rows) or not finite are left out; below 1,000 elements
+// the verdict does not apply.
+// The spacing of a format with unit roundoff u (a 2^-p significand) and
+// subnormal spacing `min_subnormal` at |x|: 2u 2^e for |x| in [2^e, 2^(e+1)),
+// at least min_subnormal (an ulp of x in that format).
+double storage_spacing(double x, double u, double min_subnormal);
+
+struct DistributionVerdict {
+  bool applies = false;
+  std::size_t elements = 0;
+  double internal_ms = 0, internal_se = 0;  // D_b and its standard error, in (row ulps)^2
+  double baseline_ms = 0, baseline_se = 0;  // D_0 and its standard error
+  double model_ms = 0;                      // M
+  double internal_rms = 0;  // sqrt(max(0, D_b - 6 se_b)): the backend's internal RMS, at least, in row ulps
+  double allowed_rms = 0;   // 2 sqrt(max(0, D_0 + 6 se_0)) + 2 sqrt(M)
+  double ratio = 0;         // internal_rms / allowed_rms
+  bool within() const { return !applies || ratio <= 1; }
+};
+
 struct Check {
   TruthKind truth = TruthKind::digits50;
   ErrorStats out, lse, weights;  // against the truth, whole tensors (lse and weights where the result has them)
@@ -115,6 +156,7 @@ struct Check {
   std::size_t uninformative_rows = 0;  // rows whose tight tolerance reaches max_c |truth_ic|
   bool tight_informative = true;
   std::string_view criterion;  // which of the two parts can decide (see above)
+  DistributionVerdict distribution;  // narrow storage: part of the tight verdict
   bool tight_within = true;
 };
 

@@ -196,6 +196,11 @@ int run(const Args& args) {
                                       : (", UNINFORMATIVE: the tolerance reaches the output itself in " +
                                          std::to_string(c.uninformative_rows) + " row(s)")
                                             .c_str());
+      if (c.distribution.applies)
+        std::printf("  tight, distribution: internal error at least %.3g RMS (in ulps of each row's largest |O|; "
+                    "%zu elements), allowed %.3g (2x the baseline's + 2 units of noise): %s\n",
+                    c.distribution.internal_rms, c.distribution.elements, c.distribution.allowed_rms,
+                    c.distribution.within() ? "within" : "EXCEEDED");
       std::printf("  guaranteed: worst-case bound %.3g (row %zu): %s\n", c.out_worst.tolerance, c.out_worst.row,
                   c.within ? "within" : "EXCEEDED");
     }
@@ -266,13 +271,18 @@ outputs:
   --weights W.npy                the attention weights [.., n_q, n_kv], float64
   --lse L.npy                    the logsumexp of each row [.., n_q], float64 (-inf if masked)
   --check                        compare output, logsumexp and weights with the ground truth
-                                 (50 digits while B H n_q n_kv (d_k + d_v + 100) <= 4e6; beyond,
-                                 fp64 by its own GEMM algorithm for fp32 and narrower storage,
-                                 double-double for fp64). Two verdicts: tight (within the
-                                 probabilistic bound, failure probability 1e-9, and within 2x
-                                 the baseline backend's error + 2 (u_acc (1 + s) + u_store) max|O|,
-                                 s the largest |score|) and guaranteed (the worst-case bound);
-                                 exit 1 if either fails
+                                 (code of its own, independent.hpp: 50 digits while B H n_q n_kv
+                                 (d_k + d_v + 100) <= 4e6; beyond, fp64 loops with their bound for
+                                 fp32 and narrower storage, double-double for fp64). Two verdicts,
+                                 each per query row: tight (within the probabilistic bound,
+                                 failure probability 1e-9, and within (2 beta + 2) f_i, f_i the
+                                 row's rounding noise, beta the baseline backend's largest row
+                                 error in those units; in bf16/fp16 storage also the internal
+                                 error's mean square, measured beneath the output's rounding,
+                                 within 2x the baseline's + 2 units of noise, in RMS) and
+                                 guaranteed (the worst-case bound); exit 1 if either fails; a
+                                 tight verdict whose tolerance reaches the output itself is
+                                 flagged UNINFORMATIVE
 backward pass (gradients of L = <dO, O>):
   --backward                     run it; implied by any option below
   --grad-out dO.npy              the upstream gradient dO, the output's shape (default with
@@ -281,8 +291,8 @@ backward pass (gradients of L = <dO, O>):
   --dbias DB.npy                 the gradient of a bias:BIAS.npy mask, [n_q, n_kv] (summed over
                                  batch and heads)
   --dsinks DS.npy                the gradient of the --sinks logits, [H] (summed over batch and rows)
-  With --check the gradients are checked too (50 digits while 2.5 B H n_q n_kv (d_k + d_v + 100)
-  <= 4e6, else the math backend in fp64 with its derived bound): tight (probabilistic bound and
+  With --check the gradients are checked too (independent.hpp: 50 digits while 2.5 B H n_q n_kv
+  (d_k + d_v + 100) <= 4e6, else double-double or fp64 loops with their bound): tight (probabilistic bound and
   2x the baseline's error + a floor) and guaranteed (the worst-case gradient bound); exit 1 if
   either fails. --repeat and --json cover the backward too (a "backward" object).
   --json                         print a one-line JSON summary instead of text

@@ -66,6 +66,14 @@ inline Json to_json(const Check& c) {
                {"tight_tolerance", tight.tolerance}, {"tight_ratio", tight.ratio}, {"within", worst.within()},
                {"within_tight", tight.within()}};
   };
+  if (c.distribution.applies) {
+    const DistributionVerdict& d = c.distribution;
+    j["distribution"] = {{"elements", d.elements},         {"internal_ms", d.internal_ms},
+                         {"internal_se", d.internal_se},   {"baseline_ms", d.baseline_ms},
+                         {"baseline_se", d.baseline_se},   {"model_ms", d.model_ms},
+                         {"internal_rms", d.internal_rms}, {"allowed_rms", d.allowed_rms},
+                         {"ratio", d.ratio},               {"within", d.within()}};
+  }
   if (c.has_lse) part("lse", c.lse, c.lse_worst, c.lse_tight);
   if (c.has_weights) {
     part("weights", c.weights, c.weights_worst, c.weights_tight);
