@@ -131,7 +131,9 @@ struct Point {
   // attn_var's variant (plain, gqa, softcap, sinks, alibi, documents), or
   // "decode" (attn_decode); empty: the other families
   std::string variant;
-  // Verified at n = min(n, verify_n) (0: at its own shape): the naive baseline at n = 4096, H = 32 takes minutes.
+  // Verified at n = min(n, verify_n) (0: at its own shape): the naive baseline at n = 4096, H = 32 takes minutes;
+  // a decode step at n_kv = min(n_kv, verify_n): at 32768 keys its verification drew, rounded and copied 270 MB
+  // of K and V several times over (7.6 s, fresh memory; the same kernel path as at 8192, in more splits).
   std::size_t verify_n = 0;
 };
 
@@ -297,7 +299,7 @@ const std::vector<Series>& series() {
          const std::size_t d = prof.decode_n_kv.size() > 1 ? 128 : 32;
          for (std::size_t n_kv : prof.decode_n_kv)
            for (int threads : {1, 2})
-             if (threads == 1 || t.own_threads) pts.push_back({{1, 32, 1, n_kv, d, d, 8}, false, threads, true, "decode"});
+             if (threads == 1 || t.own_threads) pts.push_back({{1, 32, 1, n_kv, d, d, 8}, false, threads, true, "decode", 8192});
          return pts;
        }},
       {"attn_fwdbwd", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n (profiles with "
@@ -364,10 +366,12 @@ Options options_of(const Point& pt, const Shape& s) {
 }
 Options options_of(const Point& pt) { return options_of(pt, pt.shape); }
 
-// The shape a point is verified at: its own, or n = min(n, 512).
+// The shape a point is verified at: its own, or n = min(n, verify_n) (a decode step: n_kv = min(n_kv, verify_n),
+// n_q = 1).
 Shape verified_shape(const Point& pt) {
   Shape s = pt.shape;
-  if (pt.verify_n) s.n_q = s.n_kv = std::min(s.n_q, pt.verify_n);
+  if (pt.verify_n && pt.variant == "decode") s.n_kv = std::min(s.n_kv, pt.verify_n);
+  else if (pt.verify_n) s.n_q = s.n_kv = std::min(s.n_q, pt.verify_n);
   return s;
 }
 

@@ -107,6 +107,10 @@ struct RunReport {
   Accumulate accumulate = Accumulate::fp64;
   BackendTraits traits;              // of the backend that ran
   Inputs<double> rounded_inputs;     // the inputs as the backend saw them (after rounding to storage)
+  // How the output was stored, applied to another tensor (verify()'s distribution verdict rounds the
+  // truth with it); empty: rounding to `precision` (a study that quantises the output itself, as the
+  // emulated FP8 of the accuracy sweep, sets it).
+  std::function<xt::xtensor<double, 4>(const xt::xtensor<double, 4>&)> store_output;
 };
 
 // One row of the backend table.

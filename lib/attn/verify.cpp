@@ -243,7 +243,8 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
   // Distribution (narrow storage, not the baseline): see DistributionVerdict.
   if (!is_baseline && r.u_store > 0x1p-24) {
     const double sub = 2 * r.eta_store, z = 6;
-    const xt::xtensor<double, 4> stored = rounded_to(precision_info(r.precision), t.result.out);
+    const xt::xtensor<double, 4> stored =
+        r.store_output ? r.store_output(t.result.out) : rounded_to(precision_info(r.precision), t.result.out);
     const MeanSquare b = internal_mean_square(r.out, t.result.out, stored, bounds.rows, sh.d_v, r.u_store, sub);
     const MeanSquare o = internal_mean_square(baseline->out, t.result.out, stored, bounds.rows, sh.d_v, r.u_store, sub);
     DistributionVerdict& d = c.distribution;

@@ -93,8 +93,9 @@ struct RowVerdict {
   bool within() const { return ratio <= 1; }
 };
 
-// Distribution (storage narrower than fp32: bf16, fp16; backends other than
-// the baseline). There each element's tolerance is at least one rounding of
+// Distribution (storage narrower than fp32: bf16, fp16, the accuracy sweep's
+// emulated FP8 through RunReport::store_output; backends other than the
+// baseline). There each element's tolerance is at least one rounding of
 // the output (the storage term u_store |o| of f_i), so an internal error of
 // a fraction of an output ulp passes every per-element verdict however
 // systematic it is. Its mean square is still measurable: with e_k = out_k -

@@ -65,8 +65,9 @@ x precision x accumulation against the ground truth of verify() (independent.hpp
 affordable, else double-double or fp64 with its bound), output, logsumexp and weights, each row by
 its own tolerance, over n = 16 ... 1024 (16, 64 smoke; 4096 full), d = 64 (16 ... 256), no mask and
 causal, logit scales 1 ... 1000, plus B = 2, H = 4, d_k = 64, d_v = 32 with heads of V scales 1 to
-1e3 (n = 256, logit scales 1 and 100), plus emulated FP8 (e4m3, e5m2); the gradients of every backend
+1e3 (n = 64, 128, 256 in smoke, quick, full; logit scales 1 and 100), plus emulated FP8 (e4m3, e5m2); the gradients of every backend
 with a backward pass (n <= 256 and n = 1024 at unit logits without a mask; every problem in full;
+bf16/fp16 outputs also by the distribution verdict, the internal error beneath the output's rounding;
 a true gradient beyond the storage's range is listed as not representable). Uninformative verdicts
 (a row's tolerance reaches its output) are flagged. Progress on stderr; --force replaces FILE.
   --problems I,J,...  only these problems of the profile's list (0-based; a shard of scripts/run --plan):
