@@ -6,6 +6,8 @@
 // mutant hunt. Tolerances come from metrics.hpp's derived bounds.
 #pragma once
 
+#include <array>
+
 #include <functional>
 #include <map>
 #include <string>
@@ -56,6 +58,10 @@ std::map<std::string, std::map<std::string, int>>& unsupported_tally();
 // skipped by its precondition, or the property returned early for the
 // case's kind): never counted as passed either.
 std::map<std::string, std::map<std::string, int>>& not_run_tally();
+// Runs whose worst-case output bound was vacuous and that were held to the
+// tight verdict instead ([0]), and of those, runs whose tight verdict was
+// uninformative too ([1]: it could not fail either); printed after the table.
+std::array<long, 2>& vacuous_tally();
 // Since the last reset: runs of the backend under test (under_test(); the
 // baseline's runs inside a property do not count) that completed (run_case
 // counts them) and runs it refused as not supported (for_each_precision

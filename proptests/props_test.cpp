@@ -91,6 +91,9 @@ void case_count_table() {
   }
   std::printf("(n/s: not supported, the backend claims none of the combinations the property ran; a+b: a cases "
               "passed, b ran nothing of the backend, its precondition or the property's kind excluding them)\n");
+  std::printf("runs whose worst-case bound was vacuous (2 max|V|), held to the tight verdict instead: %ld, of which "
+              "%ld with an uninformative tight verdict too (a row's tolerance reached its output)\n",
+              vacuous_tally()[0], vacuous_tally()[1]);
   for (const Property& p : properties())
     if (ran.count(p.name)) {
       for (const BackendInfo& b : all_backends()) {
