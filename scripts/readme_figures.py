@@ -232,6 +232,8 @@ def claims(d):
     lines = [f"In the committed run `reports/runs/{d['stamp']}` (`attn-lab claims --profile {d['claims']['profile']}`, "
              f"{total:.0f} s):", "", "| id | verdict | measured |", "|---|---|---|"]
     lines += [f"| {x['id']} | {x['verdict']} | {x['why'].replace('|', '/')} |" for x in c]
+    lines += [f"| {r['id']} | retired {r['date']} | (not run: its criterion could not fail; see the ledger) |"
+              for r in d["claims"].get("retired", [])]
     return "\n".join(lines)
 
 

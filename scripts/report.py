@@ -897,6 +897,14 @@ def claims_report(claims, folder):
         for k, plot in enumerate(c.get("plots", [])):
             name = claim_plot(plot, folder, f"claim_{c['id']}_{k}.svg")
             lines += [f"![{plot['title']}]({name})", ""]
+    retired = claims.get("retired", [])
+    if retired:
+        lines += ["## Retired claims", "", "Entries whose criterion could not fail: their experiments were removed; "
+                  "the ledger keeps each with the reason.", "", "| id | retired | statement | reason |", "|---|---|---|---|"]
+        for r in retired:
+            require(r, ["id", "date", "statement", "reason"], "claims.json retired claim")
+            lines.append(f"| {r['id']} | {r['date']} | {r['statement']} | {r['reason']} |")
+        lines.append("")
     return "\n".join(lines) + "\n", ["claims: " + "; ".join(f"{c['id']} {c['verdict']}" for c in claims["claims"])]
 
 

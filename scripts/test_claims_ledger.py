@@ -8,6 +8,8 @@
   commit that added the entry is a strict ancestor of the commit that added
   the code, and the criterion of that first commit is the first criterion
   of the entry's revision record;
+- a retired entry (its criterion could not fail) has a date and a reason,
+  and its experiment is gone;
 - no criterion changed silently: every criterion an entry ever had in the
   git history of ledger.json (and in the working copy) is its current one
   or appears in its revisions, which chain old -> new up to the current.
@@ -69,8 +71,15 @@ def problems(ledger, past, code):
                 bad.append(f"{cid}: field {k} missing or empty")
         if e.get("code") and cid in code and code[cid] != e["code"]:
             bad.append(f"{cid}: code says {e['code']}, the experiment is in {code[cid]}")
-        if cid not in code and not e.get("preregistered"):
-            bad.append(f"{cid}: no experiment and not marked pre-registered")
+        retired = e.get("retired")
+        if retired is not None:
+            if not isinstance(retired, dict) or not all(isinstance(retired.get(k), str) and retired[k]
+                                                        for k in ("date", "reason")):
+                bad.append(f"{cid}: retired without a date and a reason")
+            if cid in code:
+                bad.append(f"{cid}: retired, but its experiment {code[cid]} is still registered")
+        elif cid not in code and not e.get("preregistered"):
+            bad.append(f"{cid}: no experiment and not marked pre-registered (nor retired)")
         revs = e.get("revisions", [])
         for a, b in zip(revs, revs[1:]):
             if a.get("new_criterion") != b.get("old_criterion"):
@@ -135,6 +144,19 @@ def main():
     checks.record(preregistration(doctored, code) != [],
                   f"an entry committed with its code ({doctored['claims'][first]['id']}) does not pass as pre-registered")
 
+    retired_ids = [e["id"] for e in ledger["claims"] if "retired" in e]
+    if retired_ids:
+        doctored = json.loads(json.dumps(ledger))
+        r = next(e for e in doctored["claims"] if "retired" in e)
+        r["retired"] = {"date": r["retired"]["date"]}
+        checks.record(any("without a date and a reason" in p for p in problems(doctored, [], code)),
+                      f"a retirement without a reason ({r['id']}) is caught")
+        checks.record(any("still registered" in p for p in problems(ledger, [], {**code, r["id"]: "tools/claims/x.cpp"})),
+                      f"a retired entry whose experiment still runs ({r['id']}) is caught")
+        del r["retired"]
+        checks.record(any("no experiment" in p for p in problems(doctored, [], code)),
+                      f"an entry without an experiment, neither retired nor pre-registered ({r['id']}), is caught")
+
     # The ledger itself.
     for p in problems(ledger, past, code):
         checks.record(False, p)
@@ -142,7 +164,8 @@ def main():
         checks.record(False, p)
     pre = [e["id"] for e in ledger["claims"] if e.get("preregistered")]
     revised = [e["id"] for e in ledger["claims"] if e.get("revisions")]
-    print(f"pre-registered: {', '.join(pre) or 'none'}; revised criteria: {', '.join(revised) or 'none'}")
+    print(f"pre-registered: {', '.join(pre) or 'none'}; revised criteria: {', '.join(revised) or 'none'}; "
+          f"retired: {', '.join(retired_ids) or 'none'}")
     checks.finish()
 
 

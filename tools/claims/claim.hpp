@@ -75,6 +75,14 @@ struct Claim {
 // without an experiment yet (registered ahead of the code) are not listed.
 const std::vector<Claim>& all_claims();
 
+// A ledger entry retired because its criterion could not fail: its
+// experiment's code is gone, the entry stays with the date and the reason.
+struct Retired {
+  std::string_view id, statement, source, date, reason;
+};
+// Every retired entry of the ledger, ordered by id.
+const std::vector<Retired>& retired_claims();
+
 // What a claim's .cpp registers: its id and its experiment.
 struct Experiment {
   std::string_view id;

@@ -1,12 +1,20 @@
-// Claim "online-normalizer": Milakov & Gimelshein 2018: the online
-// normaliser reads each element fewer times than the safe softmax (3 memory
-// accesses per element instead of 4) and is up to 1.3x faster on long rows.
+// Claim "online-normalizer": Milakov & Gimelshein 2018 compute the
+// softmax's normaliser with fewer memory accesses (3 per element instead of
+// 4) and "hypothesize that this reduction in memory accesses should improve
+// Softmax performance on actual hardware ... Softmax accelerates by up to
+// 1.3x". Read as they state it, the speed-up comes from memory traffic alone:
+// the two softmaxes here do the same arithmetic (a vector max, exp and sum
+// of each element, in the variant's own kernels) and differ only in how
+// often they read the row from memory.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
 #include "attn/random.hpp"
+#include "attn/simd.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {
@@ -19,29 +27,63 @@ ATTN_CLAIM(.id = "online-normalizer", .run = online_normalizer)
 
 namespace {
 
+// Rows are processed in chunks that stay in L1 (4 KiB): each chunk of the
+// row is copied once into a scratch chunk (one read of memory) and the
+// vector kernels (simd.hpp: row_max_f32, exp_shifted_sum_f32, in place) run
+// on that copy, so the kernels' own in-place writes cost no memory traffic
+// and the memory accesses per element are exactly the algorithm's.
+constexpr std::size_t chunk = 1024;
+
+// y = exp(x - m) / l, chunk by chunk (read x, write y): the last pass of both.
+void normalise(const std::vector<float>& x, std::vector<float>& y, float m, float l) {
+  const SimdKernels& k = simd();
+  const float inv = 1.0f / l;
+  for (std::size_t j = 0; j < x.size(); j += chunk) {
+    const std::size_t c = std::min(chunk, x.size() - j);
+    float* out = y.data() + j;
+    std::memcpy(out, x.data() + j, c * sizeof(float));
+    (void)k.exp_shifted_sum_f32(out, c, m);
+    for (std::size_t i = 0; i < c; ++i) out[i] *= inv;
+  }
+}
+
 // Safe softmax: pass 1 max (read), pass 2 sum of exp (read), pass 3 write
 // exp(x - m) / l (read + write): 4 accesses per element.
 void safe_softmax(const std::vector<float>& x, std::vector<float>& y) {
+  const SimdKernels& k = simd();
+  float scratch[chunk];
   float m = -INFINITY;
-  for (float v : x) m = std::max(m, v);
+  for (std::size_t j = 0; j < x.size(); j += chunk) {
+    const std::size_t c = std::min(chunk, x.size() - j);
+    std::memcpy(scratch, x.data() + j, c * sizeof(float));
+    m = std::max(m, k.row_max_f32(scratch, c));
+  }
   float l = 0;
-  for (float v : x) l += std::exp(v - m);
-  for (std::size_t i = 0; i < x.size(); ++i) y[i] = std::exp(x[i] - m) / l;
+  for (std::size_t j = 0; j < x.size(); j += chunk) {
+    const std::size_t c = std::min(chunk, x.size() - j);
+    std::memcpy(scratch, x.data() + j, c * sizeof(float));
+    l += k.exp_shifted_sum_f32(scratch, c, m);
+  }
+  normalise(x, y, m, l);
 }
 
 // Online normaliser: pass 1 running max and rescaled sum (read), pass 2
-// write (read + write): 3 accesses per element.
+// write (read + write): 3 accesses per element. The running max is kept per
+// chunk (the paper's Algorithm 3 with a chunk in place of an element, as a
+// vector implementation does); its arithmetic is the safe one's: a max, an
+// exp and a sum per element, and one rescale per chunk.
 void online_softmax(const std::vector<float>& x, std::vector<float>& y) {
+  const SimdKernels& k = simd();
+  float scratch[chunk];
   float m = -INFINITY, l = 0;
-  for (float v : x) {
-    if (v > m) {
-      l = l * std::exp(m - v) + 1.0f;
-      m = v;
-    } else {
-      l += std::exp(v - m);
-    }
+  for (std::size_t j = 0; j < x.size(); j += chunk) {
+    const std::size_t c = std::min(chunk, x.size() - j);
+    std::memcpy(scratch, x.data() + j, c * sizeof(float));
+    const float m_new = std::max(m, k.row_max_f32(scratch, c));
+    l = (m == -INFINITY ? 0.0f : l * std::exp(m - m_new)) + k.exp_shifted_sum_f32(scratch, c, m_new);
+    m = m_new;
   }
-  for (std::size_t i = 0; i < x.size(); ++i) y[i] = std::exp(x[i] - m) / l;
+  normalise(x, y, m, l);
 }
 
 // `calls` timed calls of f.
@@ -80,14 +122,18 @@ Verdict online_normalizer(const Config& cfg) {
   v.figures.push_back({"speedup", speedup.median});
   v.figures.push_back({"speedup 95% low", speedup.low});
   v.figures.push_back({"speedup 95% high", speedup.high});
-  const bool inside = speedup.low >= 1.05 && speedup.high <= 1.3, outside = speedup.high < 1.05 || speedup.low > 1.3;
+  // "Improves ... by up to 1.3x": faster, and by no more than the ratio of
+  // memory accesses, 4/3, that the paper gives as the speed-up's cause.
+  const double access_ratio = 4.0 / 3.0;
+  const bool inside = speedup.low > 1.0 && speedup.high <= access_ratio,
+             outside = speedup.high <= 1.0 || speedup.low > access_ratio;
   v.outcome = inside ? Outcome::holds : outside ? Outcome::does_not_hold : Outcome::inconclusive;
   std::ostringstream why;
   why.precision(3);
-  why << "rows of " << n << " floats (4 vs 3 accesses per element by construction): speedup " << speedup.median
-      << " (95% interval " << speedup.low << " to " << speedup.high << ", 15 calls each"
-      << (v.outcome == Outcome::inconclusive ? "; the interval straddles the criterion's edge: within noise" : "")
-      << "; scalar std::exp, 2 exps per element in both)";
+  why << "rows of " << n << " floats (4 vs 3 memory accesses per element, the same arithmetic, "
+      << simd().id << " kernels): speedup " << speedup.median << " (95% interval " << speedup.low << " to "
+      << speedup.high << ", 15 calls each"
+      << (v.outcome == Outcome::inconclusive ? "; the interval straddles 1 or 4/3: within noise" : "") << ")";
   v.why = why.str();
   return v;
 }

@@ -82,6 +82,24 @@ const std::vector<Claim>& all_claims() {
   return sorted;
 }
 
+const std::vector<Retired>& retired_claims() {
+  static const std::vector<Retired> retired = [] {
+    std::vector<Retired> out;
+    for (const Json& e : ledger().at("claims"))
+      if (e.is_object() && e.contains("retired")) {
+        const Json& r = e.at("retired");
+        out.push_back({field(e, "id"), field(e, "statement"), field(e, "source"), field(r, "date"), field(r, "reason")});
+      }
+    std::sort(out.begin(), out.end(), [](const Retired& a, const Retired& b) { return a.id < b.id; });
+    for (const Retired& r : out)
+      for (const Claim& c : registered())
+        if (c.id == r.id)
+          throw Error("claim '" + std::string(r.id) + "' is retired in tools/claims/ledger.json but its experiment still runs");
+    return out;
+  }();
+  return retired;
+}
+
 RatioInterval median_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator) {
   if (numerator.empty() || denominator.empty()) throw Error("median_ratio: an empty sample of timings");
   RatioInterval r;

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Every claim in its smallest configuration through `attn-lab claims
 --profile smoke --json`: the JSON parses, each claim has its pre-registered
-fields, a verdict from the allowed three, and finite figures. Whether a
+fields, a verdict from the allowed three, and finite figures; a retired
+entry is listed with its date and reason and not run. Whether a
 claim holds is the ledger's business, not this test's."""
 import json
 import math
@@ -30,6 +31,13 @@ def main():
             if not isinstance(v, (int, float)) or not math.isfinite(v):
                 failures.append(f"{c['id']}: figure {k} = {v!r}")
         print(f"{c['id']:14s} {c['verdict']:14s} {len(c['figures'])} figures")
+    ran = {c["id"] for c in data["claims"]}
+    for r in data.get("retired", []):
+        if not r.get("reason") or not r.get("date"):
+            failures.append(f"{r.get('id')}: retired without a date and a reason")
+        if r.get("id") in ran:
+            failures.append(f"{r['id']}: retired but run")
+        print(f"{r.get('id', '?'):14s} retired {r.get('date')}")
     for f in failures:
         print("FAIL", f)
     return 1 if failures else 0

@@ -52,6 +52,14 @@ int run(const Args& args) {
       std::printf("%-17s %-14s %s\n", std::string(c.id).c_str(), std::string(claims::outcome_name(v.outcome)).c_str(),
                   v.why.c_str());
   }
+  // Retired entries (criteria that could not fail): listed with the reason, never run.
+  j["retired"] = Json::array();
+  for (const auto& r : claims::retired_claims()) {
+    j["retired"].push_back({{"id", r.id}, {"statement", r.statement}, {"source", r.source}, {"date", r.date},
+                            {"reason", r.reason}});
+    if (!args.flag("--json") && only.empty())
+      std::printf("%-17s %-14s %s\n", std::string(r.id).c_str(), "retired", std::string(r.reason).c_str());
+  }
   if (args.has("--out")) write_file_atomic(args.str("--out"), dump(j) + "\n");
   if (args.flag("--json")) print_json(j);
   return 0;
@@ -66,7 +74,8 @@ extern const Command claims_command = {
     "                             against its pre-registered criterion; verdict table (or JSON)\n",
     R"(attn-lab claims: the claims ledger. Each claim (tools/claims/, one file each with its source,
 quote, experiment and criterion) runs as an experiment; the verdict is holds, does not hold or
-inconclusive, with the numbers.
+inconclusive, with the numbers. Entries retired because their criterion could not fail are
+listed after them, with the reason, and not run.
   --only ID[,ID...]         these claims only (ids: see the table, or --list)
   --list                    run nothing: the claims' ids, one per line
   --profile smoke|quick|full  the experiments' sizes (default quick)
@@ -74,7 +83,7 @@ inconclusive, with the numbers.
   --out FILE.json           the ledger as JSON into FILE (atomically; --force replaces it)
 
 examples:
-  attn-lab claims --only variance --profile smoke
+  attn-lab claims --only saturation --profile smoke
   attn-lab claims --profile smoke --json
 )",
     {"--only", "--profile", "--out"},
