@@ -502,16 +502,18 @@ void prepare_backward(Prepared& prep, const BackendInfo& b, const PrecisionInfo&
   const GradientCheck c = verify_backward(check, opt);
   prep.exact_ref = c.truth == TruthKind::digits50;
   for (const auto& part : c.parts)  // the part nearest its tolerance
-    if (part.error.max_abs / part.tight_tolerance >= prep.err / std::max(prep.bound, 1e-300)) {
-      prep.err = part.error.max_abs;
-      prep.bound = part.tight_tolerance;
+    if (part.tight.ratio >= prep.err / std::max(prep.bound, 1e-300)) {  // the deciding row's
+      prep.err = part.tight.error;
+      prep.bound = part.tight.tolerance;
       prep.worst_bound = part.tolerance;
     }
   if (!c.within || !c.tight_within) {
     for (const auto& part : c.parts)
-      if (part.error.max_abs > part.tight_tolerance || part.error.max_abs > part.tolerance)
-        prep.skip += std::string(part.name) + " error " + std::to_string(part.error.max_abs) + " exceeds the tight tolerance " +
-                     std::to_string(part.tight_tolerance) + " or the bound " + std::to_string(part.tolerance) + "; ";
+      if (!part.tight.within() || part.error.max_abs > part.tolerance)
+        prep.skip += std::string(part.name) + " row " + std::to_string(part.tight.row) + " error " +
+                     std::to_string(part.tight.error) + " exceeds its tight tolerance " +
+                     std::to_string(part.tight.tolerance) + ", or max error " + std::to_string(part.error.max_abs) +
+                     " the bound " + std::to_string(part.tolerance) + "; ";
     if (prep.skip.empty()) prep.skip = "a gradient is not finite where the truth is";
     return;
   }

@@ -261,5 +261,63 @@ TEST(Criteria, TheDistributionVerdictSeesBeneathTheOutputsRounding) {
   }
 }
 
+// The gradients, row by row: two heads, head 0's upstream gradient dO
+// multiplied by 1e4 (so its dQ, dK and dV are 1e4x head 1's). The correct
+// backward of the fused backend is accepted; each gradient moved in head 1
+// alone by 10x head 1's own largest error is flagged, in the rows of head
+// 1, although the moved error stays below head 0's ordinary error, which any
+// one tolerance for the tensor must accept. At logit scale 1 and 30, fp32
+// and bf16 storage (fp32 accumulation).
+TEST(Criteria, GradientRowsAreJudgedInTheirOwnUnits) {
+  std::printf("%-8s %-5s %-4s %12s %12s %12s %9s\n", "logits", "prec", "grad", "head 1 err", "moved err",
+              "head 0 err", "10x ratio");
+  const BackendInfo& b = fused_backend();
+  for (const double logits : {1.0, 30.0})
+    for (const char* precision : {"fp32", "bf16"}) {
+      const std::size_t n = 256, d = 64;
+      const Shape shape{1, 2, n, n, d, d};
+      const Inputs<double> in = random_inputs(shape, 980, logits);
+      xt::xtensor<double, 4> d_out = random_d_out(shape, 981);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t c = 0; c < d; ++c) d_out(0, 0, i, c) *= 1e4;
+      const Options opt;
+      const BackwardReport r = b.run_backward(precision, Accumulate::fp32, in, d_out, opt);
+      const BackwardReport base = baseline_backend().run_backward(precision, Accumulate::fp32, in, d_out, opt);
+      const GradientTruth truth = gradient_truth(r.forward.rounded_inputs, r.rounded_d_out, opt);
+      const std::string what = std::string(precision) + " logits x" + std::to_string(int(logits));
+      const GradientCheck correct = verify_backward(r, opt, truth, &base);
+      EXPECT_TRUE(correct.tight_within) << what << ": the correct gradients are flagged";
+      for (std::size_t k = 0; k < 3; ++k) {
+        auto pick = [k](Gradients<double>& g) { return k == 0 ? &g.dq : k == 1 ? &g.dk : &g.dv; };
+        Gradients<double> t = truth.grads;
+        const xt::xtensor<double, 4>& ref = *pick(t);
+        BackwardReport moved = r;
+        xt::xtensor<double, 4>& got = *pick(moved.grads);
+        const std::size_t head = got.size() / 2;  // head 0's elements, then head 1's
+        double err0 = 0, err1 = 0;
+        for (std::size_t x = 0; x < got.size(); ++x)
+          (x < head ? err0 : err1) = std::max(x < head ? err0 : err1, std::fabs(got.data()[x] - ref.data()[x]));
+        // head 1 moved to 10x its own largest error (each element's error scaled, signs kept)
+        const double factor = err1 > 0 ? 10.0 : 0.0;
+        NormalStream signs(982 + k);
+        for (std::size_t x = head; x < got.size(); ++x) {
+          const double e = got.data()[x] - ref.data()[x];
+          got.data()[x] = ref.data()[x] + (e != 0 ? factor * e : (signs.next() < 0 ? -1 : 1) * err1);
+        }
+        got = rounded_to(precision_info(precision), got);  // a kernel's gradient is in its storage
+        double moved1 = 0;
+        for (std::size_t x = head; x < got.size(); ++x) moved1 = std::max(moved1, std::fabs(got.data()[x] - ref.data()[x]));
+        const GradientCheck flagged = verify_backward(moved, opt, truth, &base);
+        const GradientCheck::Part& part = flagged.parts[k];
+        std::printf("%-8g %-5s %-4s %12.3g %12.3g %12.3g %9.3g\n", logits, precision, std::string(part.name).c_str(),
+                    err1, moved1, err0, part.tight.ratio);
+        EXPECT_FALSE(part.tight.within()) << what << " " << part.name << ": 10x in head 1 accepted";
+        EXPECT_GE(part.tight.row, got.size() / got.shape(3) / 2) << what << " " << part.name << ": decided in head 0";
+        EXPECT_LT(moved1, err0) << what << " " << part.name
+                                << ": the moved error is not below head 0's (the case shows nothing)";
+      }
+    }
+}
+
 }  // namespace
 }  // namespace attn

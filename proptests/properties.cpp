@@ -572,7 +572,7 @@ void for_each_backward(const BackendInfo& b, const Case& c, F&& f) {
 // (first order: they differ by the bound itself).
 GradientBound probable_bound(const BackwardRun& run) {
   const RunReport& f = run.r.forward;
-  return gradient_bounds(run.in, run.r.rounded_d_out, run.r.grads, run.opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store)
+  return gradient_bounds(run.in, run.r.rounded_d_out, run.r.grads, run.opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store, f.eta_weight)
       .probable;
 }
 
@@ -589,8 +589,10 @@ ATTN_PROPERTY(gradients_agree_with_reference, "gradients agree with reference", 
       base = baseline_backend().run_backward(run.precision, c.policy, run.in, run.d_out, run.opt);
     const GradientCheck check = verify_backward(run.r, run.opt, truth, base ? &*base : nullptr);
     for (const auto& part : check.parts)
-      RC_LOG() << part.name << " error " << part.error.max_abs << ", tight tolerance " << part.tight_tolerance
-               << ", worst-case " << part.tolerance << "\n";
+      RC_LOG() << part.name << " error " << part.error.max_abs << "; tight: row " << part.tight.row << " error "
+               << part.tight.error << " of " << part.tight.tolerance << "; worst-case " << part.tolerance << "\n";
+    RC_LOG() << "underflow allowances dq " << check.bound.underflow_dq << " dk " << check.bound.underflow_dk << " dv "
+             << check.bound.underflow_dv << "\n";
     RC_ASSERT(check.within);
     RC_ASSERT(check.tight_within);
   });

@@ -580,6 +580,16 @@ def memory_report(rows, folder):
 DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "e4m3": "fp32", "e5m2": "fp32"}
 
 
+def richest_n(points):
+    """The largest n among those swept over the most logit scales (the n of the error-against-logit-scale
+    panels; a shard of a sweep may hold only part of the scales)."""
+    scales = {}
+    for q in points:
+        scales.setdefault(q["n"], set()).add(q["logit_scale"])
+    most = max(len(s) for s in scales.values())
+    return max(n for n, s in scales.items() if len(s) == most)
+
+
 def accuracy_report(acc, folder):
     require(acc, ["points"], "accuracy.json")
     every = acc["points"]
@@ -625,7 +635,7 @@ def accuracy_report(acc, folder):
         return savefig(fig, folder, name)
 
     f1 = panels("accuracy_n.svg", "n", "n", mask="none", logit_scale=1, d=64)
-    n_scale = max(q["n"] for q in pick(logit_scale=1000))
+    n_scale = richest_n(pts)
     f2 = panels("accuracy_scale.svg", "logit_scale", "logit scale", mask="none", n=n_scale, d=64)
 
     lines = ["# Accuracy", "", "Every error here is deterministic (fixed seeds, one evaluation of each point against the "
@@ -770,10 +780,7 @@ def gradient_section(grads, precisions, panels):
     ylabel = "max over dQ, dK, dV of max |g - truth| / max |truth|"
     f1 = panels("accuracy_grad_n.svg", "n", "n", points=worst, y=lambda q: q["relative"], ylabel=ylabel,
                 among=gprecisions, mask="none", logit_scale=1, d=64)
-    scales = {}
-    for q in grads:
-        scales.setdefault(q["n"], set()).add(q["logit_scale"])
-    n_scale = max(n for n, s in scales.items() if len(s) == max(len(t) for t in scales.values()))
+    n_scale = richest_n(grads)
     f2 = panels("accuracy_grad_scale.svg", "logit_scale", "logit scale", points=worst, y=lambda q: q["relative"],
                 ylabel=ylabel, among=gprecisions, mask="none", n=n_scale, d=64)
     lines = ["", "## The backward pass", "",

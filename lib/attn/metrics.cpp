@@ -259,6 +259,7 @@ ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
 struct GradientMagnitudes {
   double a1 = 0, max_do = 0, max_q = 0, max_k = 0, col_sum = 0, head_sum = 0;
   double sink_mass = 0;  // max over heads of sum over batch and rows of the sink's weight exp(sink_h - lse_i)
+  double max_ds = 0, max_dp = 0;  // max |dP_ij - D_i| and max |dP_ij| over the keys a row sees (P_ij > 0)
   GradientScales scales;
 };
 
@@ -288,6 +289,19 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
   std::vector<double> sig(block * n_kv), row_lse(block), as(block * n_kv), al(block * n_kv), ps(block * n_kv),
       pl(block * n_kv), sq(block * d), sk(n_kv * d), lk(n_kv * d), sv(n_kv * d_v), lv(n_kv * d_v), ds(block * n_kv),
       sq_k(n_kv * d), sq_q(block * d), sq_do(block * d_v);
+  // Row by row (GradientScales::Rows): dQ's rows [B, H, n_q], dK's and dV's [B, H_kv, n_kv].
+  const std::size_t q_rows = sh.batch * sh.heads * sh.n_q, k_rows = sh.batch * sh.kv_head_count() * n_kv;
+  for (auto* r : {&g.scales.rows_dq}) *r = {std::vector<double>(q_rows), std::vector<double>(q_rows),
+                                             std::vector<double>(q_rows), std::vector<double>(q_rows)};
+  for (auto* r : {&g.scales.rows_dk, &g.scales.rows_dv})
+    *r = {std::vector<double>(k_rows), std::vector<double>(k_rows), std::vector<double>(k_rows), std::vector<double>(k_rows)};
+  // the largest of x[row * width .. (row + 1) * width) into rows[first + row], after f
+  const auto fold_rows = [](std::vector<double>& rows, std::size_t first, const double* x, std::size_t count,
+                            std::size_t width, auto f) {
+    for (std::size_t e = 0; e < count * width; ++e) rows[first + e / width] = std::max(rows[first + e / width], f(e, x[e]));
+  };
+  const auto same = [](std::size_t, double x) { return x; };
+  const auto root = [](std::size_t, double x) { return std::sqrt(x); };
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
       // dK and dV of a K/V head sum over its g query heads: column sums too
@@ -304,7 +318,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
       for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]), sq_k[x] = k[x] * k[x];
       for (std::size_t x = 0; x < n_kv * d_v; ++x) abs_v[x] = std::fabs(v[x]);
       for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
-        const std::size_t rows = std::min(block, sh.n_q - i0);
+        const std::size_t rows = std::min(block, sh.n_q - i0), first_q = (b * sh.heads + h) * sh.n_q + i0;
         const double* q = &in.q(b, h, i0, 0);
         const double* g_rows = &d_out(b, h, i0, 0);
         for (std::size_t x = 0; x < rows * d; ++x) abs_q[x] = std::fabs(q[x]);
@@ -377,6 +391,9 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           for (std::size_t j = 0; j < n_kv; ++j) {
             c[r * n_kv + j] = p[j] * (std::fabs(dp[r * n_kv + j]) + std::fabs(d_i) + e_i);
             a[r * n_kv + j] = p[j] * std::fabs(dp[r * n_kv + j] - d_i);
+            if (p[j] > 0)
+              g.max_ds = std::max(g.max_ds, std::fabs(dp[r * n_kv + j] - d_i)),
+              g.max_dp = std::max(g.max_dp, std::fabs(dp[r * n_kv + j]));
             ds[r * n_kv + j] = p[j] * (dp[r * n_kv + j] - d_i) * (opt.softcap ? cap_slope[r * n_kv + j] : 1.0);
             if (!c_heads.empty()) c_heads[(i0 + r) * n_kv + j] += c[r * n_kv + j];
             if (!a_heads.empty()) a_heads[(i0 + r) * n_kv + j] += a[r * n_kv + j];
@@ -405,10 +422,13 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, as.data(), int(n_kv),
                     sq_k.data(), int(d), 0.0, sq.data(), int(d));
         for (std::size_t x = 0; x < rows * d; ++x) g.scales.score_dq = std::max(g.scales.score_dq, std::sqrt(sq[x]));
+        fold_rows(g.scales.rows_dq.score, first_q, sq.data(), rows, d, root);
         // |lse_i| moves all of row i's weights by one factor, so dQ_i itself (not its terms): |lse_i| |dQ_i|
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, ds.data(), int(n_kv), k,
                     int(d), 0.0, sq.data(), int(d));
         for (std::size_t x = 0; x < rows * d; ++x) g.scales.lse_dq = std::max(g.scales.lse_dq, row_lse[x / d] * std::fabs(sq[x]));
+        fold_rows(g.scales.rows_dq.lse, first_q, sq.data(), rows, d,
+                  [&](std::size_t e, double x) { return row_lse[e / d] * std::fabs(x); });
         for (std::size_t x = 0; x < rows * n_kv; ++x) al[x] = std::pow(a[x] * row_lse[x / n_kv], 2);
         for (std::size_t x = 0; x < rows * d; ++x) sq_q[x] = abs_q[x] * abs_q[x];
         for (std::size_t x = 0; x < rows * d_v; ++x) sq_do[x] = abs_do[x] * abs_do[x];
@@ -422,12 +442,14 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, c.data(), int(n_kv),
                     abs_k.data(), int(d), 0.0, cq.data(), int(d));
         for (std::size_t x = 0; x < rows * d; ++x) g.scales.dq = std::max(g.scales.dq, cq[x]);
+        fold_rows(g.scales.rows_dq.cancel, first_q, cq.data(), rows, d, same);
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d), int(rows), 1.0, c.data(), int(n_kv),
                     abs_q.data(), int(d), 1.0, ck.data(), int(d));
         // The terms' magnitudes: |dS| |K|, |dS|^T |Q|, P^T |dO|
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, a.data(), int(n_kv),
                     abs_k.data(), int(d), 0.0, cq.data(), int(d));
         for (std::size_t x = 0; x < rows * d; ++x) g.scales.terms_dq = std::max(g.scales.terms_dq, cq[x]);
+        fold_rows(g.scales.rows_dq.terms, first_q, cq.data(), rows, d, same);
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d), int(rows), 1.0, a.data(), int(n_kv),
                     abs_q.data(), int(d), 1.0, ak.data(), int(d));
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d_v), int(rows), 1.0, s.data(), int(n_kv),
@@ -442,6 +464,14 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
       for (double x : lk) g.scales.lse_dk = std::max(g.scales.lse_dk, std::sqrt(x));
       for (double x : sv) g.scales.score_dv = std::max(g.scales.score_dv, std::sqrt(x));
       for (double x : lv) g.scales.lse_dv = std::max(g.scales.lse_dv, std::sqrt(x));
+      const std::size_t first_k = (b * sh.kv_head_count() + h / sh.group()) * n_kv;
+      fold_rows(g.scales.rows_dk.cancel, first_k, ck.data(), n_kv, d, same);
+      fold_rows(g.scales.rows_dk.terms, first_k, ak.data(), n_kv, d, same);
+      fold_rows(g.scales.rows_dk.score, first_k, sk.data(), n_kv, d, root);
+      fold_rows(g.scales.rows_dk.lse, first_k, lk.data(), n_kv, d, root);
+      fold_rows(g.scales.rows_dv.terms, first_k, pv.data(), n_kv, d_v, same);
+      fold_rows(g.scales.rows_dv.score, first_k, sv.data(), n_kv, d_v, root);
+      fold_rows(g.scales.rows_dv.lse, first_k, lv.data(), n_kv, d_v, root);
     }
   for (double x : sink_mass) g.sink_mass = std::max(g.sink_mass, x);
   for (double x : sink_terms) g.scales.terms_dsinks = std::max(g.scales.terms_dsinks, x);
@@ -452,6 +482,9 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
   for (double* x : {&g.scales.dq, &g.scales.dk, &g.scales.terms_dq, &g.scales.terms_dk, &g.scales.score_dq,
                     &g.scales.score_dk, &g.scales.lse_dq, &g.scales.lse_dk})
     *x *= std::fabs(scale);
+  for (GradientScales::Rows* r : {&g.scales.rows_dq, &g.scales.rows_dk})
+    for (std::vector<double>* v : {&r->cancel, &r->terms, &r->score, &r->lse})
+      for (double& x : *v) x *= std::fabs(scale);
   for (double* x : {&g.a1, &g.col_sum, &g.head_sum, &g.sink_mass}) *x *= 1 + 1e-12;
   return g;
 }
@@ -502,7 +535,7 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
 
 GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
-                               double eta_acc, double eta_store, double failure_probability) {
+                               double eta_acc, double eta_store, double eta_weight, double failure_probability) {
   const Shape sh = in.shape();
   const Magnitudes m = magnitudes(in, opt);
   const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt);
@@ -515,11 +548,17 @@ GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<doubl
                                    [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); });
   b.failure_probability = failure_probability;
   const double underflow = double(sh.n_q + sh.n_kv + sh.d_k + sh.d_v + 8) * eta_acc + eta_store;
+  // A weight that underflows errs by eta_acc, multiplied on its way into each gradient (metrics.hpp).
+  const double n_kv = double(sh.n_kv), n_q = double(sh.n_q * sh.group()), scale = std::fabs(opt.resolved_scale(sh));
+  const double ds = eta_weight * (gm.max_ds + n_kv * gm.max_dp) + eta_acc;
   for (GradientBound* x : {&b.worst, &b.probable}) {
-    x->dq += underflow;
-    x->dk += underflow;
-    x->dv += underflow;
-    if (truth.dbias) x->dbias += double(sh.batch * sh.heads) * underflow;
+    x->underflow_dq = underflow + scale * n_kv * gm.max_k * ds;
+    x->underflow_dk = underflow + scale * n_q * gm.max_q * ds;
+    x->underflow_dv = underflow + n_q * gm.max_do * eta_weight;
+    x->dq += x->underflow_dq;
+    x->dk += x->underflow_dk;
+    x->dv += x->underflow_dv;
+    if (truth.dbias) x->dbias += double(sh.batch * sh.heads) * (underflow + ds);
     if (truth.dsinks) x->dsinks += double(sh.batch * sh.n_q) * underflow;
   }
   return b;

@@ -191,9 +191,22 @@ struct GradientScales {
   double score = 0;
   // the same plus |lse_i| in row i: weights rebuilt as exp(S_ij - lse_i) carry its rounding too
   double score_lse = 0;
+  // The same quantities row by row (each the largest over one gradient row's
+  // elements): dQ's query rows, flat [B, H, n_q]; dK's and dV's key rows,
+  // flat [B, H_kv, n_kv]. The tight verdict judges each row in its own units
+  // (verify.hpp): a head or key whose gradient is 1e4 times another's does
+  // not lend it its tolerance. (dV has no cancellation in dP - D: its
+  // `cancel` stays 0.)
+  struct Rows {
+    std::vector<double> cancel, terms, score, lse;
+  };
+  Rows rows_dq, rows_dk, rows_dv;
 };
 struct GradientBound {
   double dq = 0, dk = 0, dv = 0, dbias = 0, dsinks = 0;
+  // the part of each that covers underflow (included in dq, dk, dv above):
+  // what the tight rule's per-row floors add too
+  double underflow_dq = 0, underflow_dk = 0, underflow_dv = 0;
   double eps_s = 0;  // dS's error per unit weight
   ErrorBound forward;  // the forward's bound it builds on
   GradientScales scales;
@@ -207,9 +220,18 @@ struct GradientBounds {
 // storage types (RunReport): each of the k roundings of a k-term sum, and the
 // final rounding to storage, may err by that much absolutely where values
 // underflow (fp16's subnormals start at 6e-5), which the relative model
-// above does not cover: + (n_q + n_kv + d_k + d_v + 8) eta_acc + eta_store.
+// above does not cover: + (n_q + n_kv + d_k + d_v + 8) eta_acc + eta_store;
+// and a weight that underflows errs by eta_weight absolutely whatever its
+// size (RunReport::eta_weight: a vector exp flushes below the smallest
+// normal number), an error the gradients multiply (GradientBound::underflow:
+// dS_ij = P_ij (dP_ij - D_i) errs by eta_weight (|dP_ij - D_i| + n_kv
+// max|dP|) + eta_acc, D_i taking n_kv such weights, so dQ by |scale| n_kv
+// max|K| times that, dK by |scale| n_q g max|Q| times it, dV by n_q g
+// max|dO| eta_weight: math's fp32 dK of a key whose weights all lay below
+// FLT_MIN erred by 2.6e-38 against a per-row tolerance of 6e-40 without it).
 GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
-                               double eta_acc, double eta_store, double failure_probability = 1e-9);
+                               double eta_acc, double eta_store, double eta_weight,
+                               double failure_probability = 1e-9);
 
 }  // namespace attn

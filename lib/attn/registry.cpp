@@ -1,6 +1,7 @@
 #include "attn/registry.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <array>
 #include <chrono>
 #include <deque>
@@ -93,6 +94,15 @@ double accumulation_max_finite(const PrecisionInfo& p, Accumulate a) {
   return p.max_finite;
 }
 
+namespace {
+// Half the spacing of a format's subnormals, the absolute error of rounding
+// into them; fp64's, 2^-1075, is not a double (it would round to 0, and an
+// error of one subnormal would fail a tolerance of 0): its upper neighbour.
+double half_spacing(double min_subnormal) {
+  return std::max(min_subnormal / 2, std::numeric_limits<double>::denorm_min());
+}
+}  // namespace
+
 double accumulation_min_subnormal(const PrecisionInfo& p, Accumulate a) {
   switch (a) {
     case Accumulate::fp64: return precision_traits<double>::min_subnormal;
@@ -101,6 +111,31 @@ double accumulation_min_subnormal(const PrecisionInfo& p, Accumulate a) {
   }
   return p.min_subnormal;
 }
+
+namespace {
+// What a run's verdicts need to know of its arithmetic: unit roundoffs,
+// underflow allowances, the precision, the policy and the backend's traits.
+// A weight that underflows errs by eta_weight: the backends' vector exp
+// (simd.hpp, xsimd's) returns 0 below the smallest normal number of the
+// type it computes in (float, or double for fp64 accumulation): exp(-88) is
+// 0 there, 6.05e-39 in std::exp (a half subnormal spacing would undercount
+// it 1e7-fold: math's fp32 dK of a key whose weights were all below
+// FLT_MIN erred by 2.6e-38).
+void describe_rounding(RunReport& r, const PrecisionInfo& p, Accumulate acc, const BackendTraits& traits,
+                       double u_acc) {
+  r.u_acc = u_acc;
+  r.u_store = p.unit_roundoff;
+  const double sub = accumulation_min_subnormal(p, acc);
+  r.eta_acc = traits.exact ? 0.0 : half_spacing(sub);
+  r.eta_store = half_spacing(p.min_subnormal);
+  const double flush = sub == precision_traits<double>::min_subnormal ? std::numeric_limits<double>::min()
+                                                                      : std::numeric_limits<float>::min();
+  r.eta_weight = traits.exact ? 0.0 : std::max(r.eta_acc, flush);
+  r.precision = p.name;
+  r.accumulate = acc;
+  r.traits = traits;
+}
+}  // namespace
 
 std::span<const Accumulate> accumulate_policies() { return kPolicies; }
 
@@ -160,13 +195,7 @@ RunReport BackendInfo::run(std::string_view precision, Accumulate acc, const Inp
     call->call();
     report.warm_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
   }
-  report.u_acc = unit_roundoff(p, acc);
-  report.u_store = p.unit_roundoff;
-  report.eta_acc = traits.exact ? 0.0 : accumulation_min_subnormal(p, acc) / 2;
-  report.eta_store = p.min_subnormal / 2;
-  report.precision = p.name;
-  report.accumulate = acc;
-  report.traits = traits;
+  describe_rounding(report, p, acc, traits, unit_roundoff(p, acc));
   return report;
 }
 
@@ -183,13 +212,7 @@ BackwardReport BackendInfo::run_backward(std::string_view precision, Accumulate 
   fwd.out = call->out();
   fwd.lse = call->lse();
   fwd.workspace_bytes = call->workspace_bytes();
-  fwd.u_acc = unit_roundoff(p, acc);
-  fwd.u_store = p.unit_roundoff;
-  fwd.eta_acc = traits.exact ? 0.0 : accumulation_min_subnormal(p, acc) / 2;
-  fwd.eta_store = p.min_subnormal / 2;
-  fwd.precision = p.name;
-  fwd.accumulate = acc;
-  fwd.traits = traits;
+  describe_rounding(fwd, p, acc, traits, unit_roundoff(p, acc));
   report.rounded_d_out = call->rounded_d_out();
   if (obs.before) obs.before();
   const auto t0 = std::chrono::steady_clock::now();

@@ -103,6 +103,9 @@ struct RunReport {
   std::vector<double> warm_seconds;  // further calls reusing the same, already touched workspace
   double u_acc = 0, u_store = 0;     // unit roundoff of accumulation and storage
   double eta_acc = 0, eta_store = 0;  // half their subnormals' spacing: the absolute error of rounding into them
+  // A weight's absolute error where it underflows: the smallest normal number
+  // of the type the vector exp computes in (it flushes below it), or eta_acc.
+  double eta_weight = 0;
   std::string_view precision;        // the storage precision's name
   Accumulate accumulate = Accumulate::fp64;
   BackendTraits traits;              // of the backend that ran

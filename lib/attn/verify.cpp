@@ -174,11 +174,12 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
     if (!is_baseline) c.beta = std::max(c.beta, base_err[i] == 0 ? 0.0 : base_err[i] / c.row_unit[i]);
   }
 
-  // Underflow, which the relative model does not cover: each weight, product
-  // and partial sum may err by eta_acc absolutely (subnormals of the
-  // accumulation type), the result by eta_store (of storage; fp16's start at
-  // 6e-5, so a row whose output is 1e-26 is stored as 0).
-  const double eta_weight = r.eta_acc, eta_sum = double(n_kv + 4) * r.eta_acc;
+  // Underflow, which the relative model does not cover: each weight may err
+  // by eta_weight absolutely (the vector exp flushes below the smallest
+  // normal number), each product and partial sum by eta_acc (subnormals of
+  // the accumulation type), the result by eta_store (of storage; fp16's start
+  // at 6e-5, so a row whose output is 1e-26 is stored as 0).
+  const double eta_weight = r.eta_weight, eta_sum = double(n_kv) * eta_weight + double(n_kv + 4) * r.eta_acc;
   bool finite = c.out.all_finite_where_ref_finite;
   for (std::size_t i = 0; i < rows; ++i) {
     const double underflow = r.eta_store + 2 * eta_sum * std::max(1.0, bounds.rows[i].v_max);
@@ -293,7 +294,7 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
   const bool dd = cost <= double_double_budget;
   t.grads = independent_gradients(in, d_out, opt, dd ? IndependentPrecision::double_double : IndependentPrecision::fp64);
   t.kind = dd ? TruthKind::double_double : TruthKind::fp64;
-  const GradientBound b = gradient_bounds(in, d_out, t.grads, opt, u, u, 0x1p-1074, 0x1p-1074).worst;
+  const GradientBound b = gradient_bounds(in, d_out, t.grads, opt, u, u, 0x1p-1074, 0x1p-1074, 0x1p-1074).worst;
   if (dd) {  // see verify.hpp
     const GradientScales& g = b.scales;
     const double e = 8 * u + 2 * dd_softcap_error(opt);  // per term, relative
@@ -318,7 +319,7 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   GradientCheck c;
   c.truth = t.kind;
   const GradientBounds bounds =
-      gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store);
+      gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store, f.eta_weight);
   c.bound = bounds.worst;
   c.probable = bounds.probable;
   c.failure_probability = bounds.failure_probability;
@@ -336,55 +337,80 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   const double s_both = scores_of(f.traits) + scores_of(baseline ? baseline->forward.traits : f.traits);
   const double lse_runs = double(f.traits.weights_from_lse) +
                           double((baseline ? baseline->forward.traits : f.traits).weights_from_lse);
-  // `scores`: what one rounding of each score in each of the two runs moves
-  // the gradient by, per unit roundoff (null: s_both times the larger of the
-  // result and its terms, for d(bias) and d(sinks)).
+  // A gradient's verdicts. The worst-case and probabilistic bounds are global
+  // (one per tensor); the tight rule is per gradient row (a row of dQ, a key's
+  // row of dK or dV; d(bias) and d(sinks) as one row): the floor is the row's
+  // own first-order sensitivity, floor_i = (2 u_acc + 2 u_store) max|truth_i|
+  // + u_acc S_i + 2 u_acc (T_i + C_i) + underflow (2 eta_store and twice
+  // GradientBound::underflow_*: one for each run), with S_i,
+  // T_i, C_i the row's GradientScales (`rows`; null: one row, S = s_both
+  // max(max|truth|, T)); f_i = floor_i / 2 is one unit of the row's noise;
+  // beta = the baseline's largest row error in units of f_i over the rows
+  // whose floor stays below their gradient (where f_i models the noise); the
+  // row's tolerance is min(probable + the truth's error, max((2 beta + 2) f_i,
+  // 2 e_base,i + floor_i)): the baseline's policy in the row's own units, and
+  // never below twice the baseline's own error in that row.
   auto part = [&](std::string_view name, const auto& got, const auto& truth, double worst, double probable,
-                  double truth_error, double cancellation, double terms, const auto* base, const double* scores) {
+                  double truth_error, const auto* base, const GradientScales::Rows* rows, double score_weight,
+                  double cancellation, double terms, double underflow) {
     GradientCheck::Part p;
     p.name = name;
     p.error = compare(got, truth, f.u_store);
     p.tolerance = worst + truth_error;
     p.informative = worst < max_abs(truth);
-    // The scores' roundings move each weight relatively, so each term of the
-    // gradient: each term weighted by its own score's magnitude, not the
-    // (possibly cancelled) result times the largest score (streaming's fp64
-    // dV, saturated soft-cap: RapidCheck seed 2), nor the largest terms
-    // times the largest score (10x errors then passed in fp64, backward_test).
-    const double floor = (2 * f.u_acc + 2 * f.u_store) * max_abs(truth) +
-                         f.u_acc * (scores ? *scores : s_both * std::max(max_abs(truth), terms)) +
-                         2 * f.u_acc * (terms + cancellation) + 2 * f.eta_store;
-    double rule = INFINITY;
+    const std::size_t width = rows ? got.shape().back() : got.size(), n = width ? got.size() / width : 0;
+    const std::vector<double> err = row_errors(got.data(), truth.data(), n, width);
+    std::vector<double> base_err(n, 0.0), floor(n), top(n, 0.0);
     if (base) {
-      p.baseline_error = compare(*base, truth, f.u_store).max_abs;
-      rule = 2 * p.baseline_error + floor;
+      base_err = row_errors(base->data(), truth.data(), n, width);
+      p.baseline_error = max_of(base_err);
     }
-    p.tight_tolerance = std::min(probable + truth_error, rule);
-    p.tight_informative = p.tight_tolerance < max_abs(truth);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t e = 0; e < width; ++e) {
+        const double x = truth.data()[i * width + e];
+        if (std::isfinite(x)) top[i] = std::max(top[i], std::fabs(x));
+      }
+      const double S = rows ? score_weight * rows->score[i] + lse_runs * rows->lse[i] : s_both * std::max(top[i], terms);
+      const double T = rows ? rows->terms[i] : terms, C = rows ? rows->cancel[i] : cancellation;
+      floor[i] = (2 * f.u_acc + 2 * f.u_store) * top[i] + f.u_acc * S + 2 * f.u_acc * (T + C) + underflow;
+    }
+    double beta = 0;
+    if (base)
+      for (std::size_t i = 0; i < n; ++i)
+        if (floor[i] < top[i]) beta = std::max(beta, base_err[i] / (floor[i] / 2));
+    for (std::size_t i = 0; i < n; ++i) {
+      const double rule = base ? std::max((2 * beta + 2) * floor[i] / 2, 2 * base_err[i] + floor[i]) : INFINITY;
+      const double tight = std::min(probable + truth_error, rule);
+      judge(p.tight, i, err[i], tight);
+      if (top[i] > 0 && tight >= top[i]) ++p.uninformative_rows;
+    }
+    p.tight_tolerance = p.tight.tolerance;
+    p.tight_informative = p.uninformative_rows == 0;
     c.tight_informative = c.tight_informative && p.tight_informative;
     const bool finite = p.error.all_finite_where_ref_finite;
     c.within = c.within && finite && p.error.max_abs <= p.tolerance;
-    c.tight_within = c.tight_within && finite && p.error.max_abs <= p.tight_tolerance;
+    c.tight_within = c.tight_within && finite && p.tight.within();
     c.parts.push_back(p);
   };
   const Gradients<double>* b = baseline ? &baseline->grads : nullptr;
   const GradientScales& g = c.bound.scales;
-  const double score_dq = 2 * g.score_dq + lse_runs * g.lse_dq, score_dk = 2 * g.score_dk + lse_runs * g.lse_dk,
-               score_dv = 2 * g.score_dv + lse_runs * g.lse_dv;
-  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, g.dq, g.terms_dq, b ? &b->dq : nullptr,
-       &score_dq);
-  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, g.dk, g.terms_dk, b ? &b->dk : nullptr,
-       &score_dk);
-  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, 0.0, g.terms_dv, b ? &b->dv : nullptr,
-       &score_dv);
+  // Underflow, which the relative model does not cover: one eta_store for each run's result, and what
+  // underflowing weights and terms move the gradient by (GradientBound::underflow_*, once per run).
+  const double eta = 2 * f.eta_store;
+  part("dq", r.grads.dq, t.grads.dq, c.bound.dq, c.probable.dq, t.dq_error, b ? &b->dq : nullptr, &g.rows_dq, 2, 0, 0,
+       eta + 2 * c.bound.underflow_dq);
+  part("dk", r.grads.dk, t.grads.dk, c.bound.dk, c.probable.dk, t.dk_error, b ? &b->dk : nullptr, &g.rows_dk, 2, 0, 0,
+       eta + 2 * c.bound.underflow_dk);
+  part("dv", r.grads.dv, t.grads.dv, c.bound.dv, c.probable.dv, t.dv_error, b ? &b->dv : nullptr, &g.rows_dv, 2, 0, 0,
+       eta + 2 * c.bound.underflow_dv);
   if (r.grads.dbias && t.grads.dbias)
-    part("dbias", *r.grads.dbias, *t.grads.dbias, c.bound.dbias, c.probable.dbias, t.dbias_error, g.dbias,
-         g.terms_dbias, b && b->dbias ? &*b->dbias : nullptr, nullptr);
+    part("dbias", *r.grads.dbias, *t.grads.dbias, c.bound.dbias, c.probable.dbias, t.dbias_error,
+         b && b->dbias ? &*b->dbias : nullptr, nullptr, 0, g.dbias, g.terms_dbias, eta);
   else if (opt.need_dbias)
     c.within = c.tight_within = false;  // asked for and not returned
   if (r.grads.dsinks && t.grads.dsinks)
-    part("dsinks", *r.grads.dsinks, *t.grads.dsinks, c.bound.dsinks, c.probable.dsinks, t.dsinks_error, g.dsinks,
-         g.terms_dsinks, b && b->dsinks ? &*b->dsinks : nullptr, nullptr);
+    part("dsinks", *r.grads.dsinks, *t.grads.dsinks, c.bound.dsinks, c.probable.dsinks, t.dsinks_error,
+         b && b->dsinks ? &*b->dsinks : nullptr, nullptr, 0, g.dsinks, g.terms_dsinks, eta);
   else if (opt.sinks)
     c.within = c.tight_within = false;  // sinks given and their gradient not returned
   return c;

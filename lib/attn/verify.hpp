@@ -189,10 +189,17 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
 // A backward result against the truth, verdicts as verify()'s: `within` the
 // worst-case gradient bound (metrics.hpp) plus the truth's error; the tight
 // verdict within BOTH the probabilistic bound plus the truth's error and
-// 2x the baseline backend's error (same inputs, dO, precision, policy) plus
-// a floor, for each gradient; every gradient finite where the truth is. The
-// floor is one rounding of each quantity in each of the two runs:
-// (2 u_acc + 2 u_store) max|truth| + u_acc (2 S + L) with S the
+// the baseline backend's rule (same inputs, dO, precision, policy), for each
+// gradient; every gradient finite where the truth is. The rule is judged
+// row by row (a query's row of dQ, a key's row of dK and dV; d(bias) and
+// d(sinks) as one), each row in its own units f_i = floor_i / 2 (as the
+// output's rows, verify()): max((2 beta + 2) f_i, 2 e_base,i + floor_i), beta
+// the baseline's largest row error in units of f_i over the rows whose floor
+// stays below their gradient; a head or key whose gradient is 1e4 times
+// another's no longer lends it its tolerance (criteria_test). A row whose
+// tight tolerance reaches its own max|truth| is uninformative, counted. The
+// floor of a row is one rounding of each quantity in each of the two runs:
+// (2 u_acc + 2 u_store) max|truth_i| + u_acc (2 S + L) with S the
 // root-sum-square of the gradient's terms each weighted by its own score's
 // rounding magnitude, GradientScales::score_dq/dk/dv (a score's rounding
 // moves each term relatively; charging the result times the largest score
@@ -219,7 +226,10 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
 // cancel in dP - D (without it, math's fp64 dQ at logits x 10, 1e-17,
 // failed against naive's lucky 4e-19 where dQ itself was 1e-5; property
 // gradients_agree_with_reference, RapidCheck seed 20261129), plus
-// 2 eta_store (one rounding into the storage's subnormals). One rounding
+// 2 eta_store (one rounding into the storage's subnormals) and twice
+// GradientBound::underflow_dq/dk/dv (underflow of the terms and of the
+// weights in the accumulation type, as the bounds count it, once per run). The terms, S, L and the cancellation are the
+// row's own (GradientScales::rows_dq, rows_dk, rows_dv). One rounding
 // in one run is not enough: math's fp64 dQ of 1.2 ulp failed against
 // naive's exact one at n_q = 2, n_kv = 5 (seed 4). The saved
 // output's rounding to storage, which D = dO . O inherits, needs no term:
@@ -229,10 +239,13 @@ struct GradientCheck {
   struct Part {
     std::string_view name;  // dq, dk, dv, dbias, dsinks
     ErrorStats error;
-    double tolerance = 0, tight_tolerance = 0;
-    double baseline_error = std::numeric_limits<double>::quiet_NaN();
+    double tolerance = 0;        // the worst-case bound + the truth's error, one for the tensor
+    RowVerdict tight;            // the tight verdict, row by row: the deciding row (largest error / tolerance)
+    double tight_tolerance = 0;  // tight.tolerance
+    double baseline_error = std::numeric_limits<double>::quiet_NaN();  // the baseline's largest row error
+    std::size_t uninformative_rows = 0;  // rows whose tight tolerance reaches the row's max|truth|
     bool informative = true;        // the worst-case tolerance below max|truth| (a 100% error)
-    bool tight_informative = true;  // the tight tolerance below max|truth|: else a pass says nothing
+    bool tight_informative = true;  // no uninformative row: else a pass says nothing of those rows
   };
   std::vector<Part> parts;  // dq, dk, dv (and dbias, dsinks when returned)
   GradientBound bound, probable;

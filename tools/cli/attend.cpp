@@ -212,14 +212,19 @@ int run(const Args& args) {
       if (gc) {
         std::printf("  gradients against the truth (%s):\n", std::string(truth_name(gc->truth)).c_str());
         for (const auto& part : gc->parts)
-          std::printf("    %-5s max error %.3g, tight tolerance %.3g (baseline error %.3g), worst-case bound %.3g: %s%s\n",
-                      std::string(part.name).c_str(), part.error.max_abs, part.tight_tolerance, part.baseline_error,
-                      part.tolerance,
-                      part.error.max_abs <= part.tight_tolerance && part.error.max_abs <= part.tolerance &&
+          std::printf("    %-6s max error %.3g; tight, per row: row %zu decides, error %.3g, tolerance %.3g (baseline's "
+                      "largest row error %.3g); worst-case bound %.3g: %s%s\n",
+                      std::string(part.name).c_str(), part.error.max_abs, part.tight.row, part.tight.error,
+                      part.tight.tolerance, part.baseline_error, part.tolerance,
+                      part.tight.within() && part.error.max_abs <= part.tolerance &&
                               part.error.all_finite_where_ref_finite
                           ? "within"
                           : "EXCEEDED",
-                      part.tight_informative ? "" : " (UNINFORMATIVE: the tolerance reaches the gradient itself)");
+                      part.tight_informative
+                          ? ""
+                          : (", UNINFORMATIVE: the tolerance reaches the gradient itself in " +
+                             std::to_string(part.uninformative_rows) + " row(s)")
+                                .c_str());
       }
     }
   }

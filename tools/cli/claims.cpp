@@ -31,6 +31,9 @@ int run(const Args& args) {
   std::set<std::string> only;  // --only ID[,ID...]
   std::stringstream list(args.str("--only"));
   for (std::string id; std::getline(list, id, ',');) {
+    for (const auto& r : claims::retired_claims())
+      if (r.id == id)
+        throw Error("claim '" + id + "' was retired on " + std::string(r.date) + " (" + std::string(r.reason) + ")");
     if (std::none_of(all.begin(), all.end(), [&](const auto& c) { return c.id == id; })) {
       std::string ids;
       for (const auto& c : all) ids += (ids.empty() ? "" : ", ") + std::string(c.id);

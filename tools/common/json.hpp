@@ -90,13 +90,16 @@ inline Json to_json(const GradientCheck::Part& p) {
   return {{"max_abs", p.error.max_abs},
           {"max_rel", p.error.max_rel},
           {"bound", p.tolerance},
+          {"tight_error", p.tight.error},
           {"tight_tolerance", p.tight_tolerance},
-          {"tight_ratio", p.error.max_abs == 0 ? 0.0 : p.error.max_abs / p.tight_tolerance},
+          {"tight_ratio", p.tight.ratio},
+          {"tight_row", p.tight.row},
+          {"uninformative_rows", p.uninformative_rows},
           {"baseline_error", number_or_null(p.baseline_error)},
           {"informative", p.informative},
           {"tight_informative", p.tight_informative},
           {"within", finite && p.error.max_abs <= p.tolerance},
-          {"within_tight", finite && p.error.max_abs <= p.tight_tolerance},
+          {"within_tight", finite && p.tight.within()},
           {"finite", finite}};
 }
 
