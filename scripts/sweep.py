@@ -611,7 +611,8 @@ def merged_data(records, order):
     if claims:
         listed = [c for cl in claims for c in cl["claims"]]
         out["claims.json"] = {"kind": "claims", "profile": claims[0]["profile"],
-                              "claims": sorted(listed, key=lambda c: c["id"])}
+                              "claims": sorted(listed, key=lambda c: c["id"]),
+                              "retired": claims[0].get("retired", [])}  # the ledger's, the same in every shard
     for name in ("entropy.json", "verdicts.json", "heatmaps.json", "explorer.json"):
         for d in datas:
             if name in d:
