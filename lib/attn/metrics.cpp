@@ -263,7 +263,8 @@ struct GradientMagnitudes {
   GradientScales scales;
 };
 
-GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt) {
+GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
+                                       const std::vector<RowMagnitude>& forward_rows) {
   const Shape sh = in.shape();
   GradientMagnitudes g;
   for (double x : in.q) g.max_q = std::max(g.max_q, std::fabs(x));
@@ -302,6 +303,24 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
   };
   const auto same = [](std::size_t, double x) { return x; };
   const auto root = [](std::size_t, double x) { return std::sqrt(x); };
+  // The squares of the root-sum-squares underflow to 0 in double below ~1e-154: a key whose every
+  // term is that small (weights of 1e-173 at logits x 1000, fp64) got an RSS of 0, and a floor far
+  // below its error. Each RSS is at least its largest term and at most sqrt(count) times it; where the
+  // computed RSS falls below the largest term (computed without squares), it takes sqrt(count) x it.
+  struct Largest {  // per row: the largest term and how many terms there are
+    std::vector<double> term, lse_term, count;
+    void reset(std::size_t n) { term.assign(n, 0.0), lse_term.assign(n, 0.0), count.assign(n, 0.0); }
+    void add(std::size_t k, double t, double l) {
+      term[k] = std::max(term[k], t), lse_term[k] = std::max(lse_term[k], l), count[k] += t > 0 || l > 0;
+    }
+  };
+  const auto repair = [](std::vector<double>& rows, std::size_t first, const std::vector<double>& largest,
+                         const std::vector<double>& count) {
+    for (std::size_t k = 0; k < largest.size(); ++k)
+      if (rows[first + k] < largest[k]) rows[first + k] = largest[k] * std::sqrt(count[k]);
+  };
+  Largest q_terms, k_terms, v_terms;  // dQ's rows of a block; dK's and dV's keys of a K/V head
+  std::vector<double> k_max(n_kv), q_max(block), do_max(block);  // max_c |k_jc|, |q_ic|, |dO_ic|
   for (std::size_t b = 0; b < sh.batch; ++b)
     for (std::size_t h = 0; h < sh.heads; ++h) {
       // dK and dV of a K/V head sum over its g query heads: column sums too
@@ -311,11 +330,15 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         std::fill(ak.begin(), ak.end(), 0.0);
         std::fill(pv.begin(), pv.end(), 0.0);
         for (auto* x : {&sk, &lk, &sv, &lv}) std::fill(x->begin(), x->end(), 0.0);
+        k_terms.reset(n_kv);
+        v_terms.reset(n_kv);
       }
       const double* k = &in.k(b, h / sh.group(), 0, 0);
       const double* v = &in.v(b, h / sh.group(), 0, 0);
       const double sink = mask.sink(h);
       for (std::size_t x = 0; x < n_kv * d; ++x) abs_k[x] = std::fabs(k[x]), sq_k[x] = k[x] * k[x];
+      std::fill(k_max.begin(), k_max.end(), 0.0);
+      for (std::size_t x = 0; x < n_kv * d; ++x) k_max[x / d] = std::max(k_max[x / d], abs_k[x]);
       for (std::size_t x = 0; x < n_kv * d_v; ++x) abs_v[x] = std::fabs(v[x]);
       for (std::size_t i0 = 0; i0 < sh.n_q; i0 += block) {
         const std::size_t rows = std::min(block, sh.n_q - i0), first_q = (b * sh.heads + h) * sh.n_q + i0;
@@ -373,6 +396,14 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           }
           g.scales.score = std::max(g.scales.score, weighted);
           g.scales.score_lse = std::max(g.scales.score_lse, weighted + lse);
+          // Through the normalisation every score's rounding moves weight j too:
+          // dP_ij = P_ij (delta_j - sum_k P_ik delta_k), so weight j's relative
+          // error is within u (sigma_ij + sum_k P_ik sigma_ik). Without the second
+          // term a key far below the row's maximum was charged its own score's
+          // rounding only, while the maximum's moves it as much (logits x 1000,
+          // fp64: math's dK of such a key at 1.29x its tolerance in run 20261202-081546).
+          for (std::size_t j = 0; j < n_kv; ++j)
+            if (p[j] > 0) sig[r * n_kv + j] += weighted, g.scales.score_max = std::max(g.scales.score_max, sig[r * n_kv + j]);
         }
         // O = P V; then c_ij = P_ij (|dP_ij| + |D_i| + |dO_i|.|O_i|)
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d_v), int(n_kv), 1.0, s.data(), int(n_kv),
@@ -388,6 +419,15 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
             sink_cancel[h] += sink_w[r] * terms_d;
           }
           for (std::size_t l = 0; l < d_v; ++l) e_i += std::fabs(g_rows[r * d_v + l] * o[r * d_v + l]);
+          // D_i = dO_i . O_i takes the saved output, which carries the forward's own error,
+          // u_acc (max|o_i| + N_i) per element (RowMagnitude), independent from element to
+          // element under the probabilistic bound's model: ||dO_i||_2 times that. (At logits
+          // x 100 the forward's score roundings made math's fp64 dK of a key seen with small
+          // weights err 7.5 units of its floor without it, run 20261202-081546.)
+          const RowMagnitude& fwd = forward_rows[first_q + r];
+          double do_2 = 0;
+          for (std::size_t l = 0; l < d_v; ++l) do_2 += g_rows[r * d_v + l] * g_rows[r * d_v + l];
+          e_i += std::sqrt(do_2) * (fwd.out + fwd.noise);
           for (std::size_t j = 0; j < n_kv; ++j) {
             c[r * n_kv + j] = p[j] * (std::fabs(dp[r * n_kv + j]) + std::fabs(d_i) + e_i);
             a[r * n_kv + j] = p[j] * std::fabs(dp[r * n_kv + j] - d_i);
@@ -419,10 +459,23 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
             ps[x] = std::pow(s[x] * sig[x], 2);
             pl[x] = std::pow(s[x] * row_lse[r], 2);
           }
+        q_terms.reset(rows);
+        for (std::size_t r = 0; r < rows; ++r) {
+          q_max[r] = do_max[r] = 0;
+          for (std::size_t c = 0; c < d; ++c) q_max[r] = std::max(q_max[r], abs_q[r * d + c]);
+          for (std::size_t c = 0; c < d_v; ++c) do_max[r] = std::max(do_max[r], abs_do[r * d_v + c]);
+          for (std::size_t j = 0; j < n_kv; ++j) {
+            const std::size_t x = r * n_kv + j;
+            q_terms.add(r, a[x] * sig[x] * k_max[j], 0.0);
+            k_terms.add(j, a[x] * sig[x] * q_max[r], a[x] * row_lse[r] * q_max[r]);
+            v_terms.add(j, s[x] * sig[x] * do_max[r], s[x] * row_lse[r] * do_max[r]);
+          }
+        }
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, as.data(), int(n_kv),
                     sq_k.data(), int(d), 0.0, sq.data(), int(d));
-        for (std::size_t x = 0; x < rows * d; ++x) g.scales.score_dq = std::max(g.scales.score_dq, std::sqrt(sq[x]));
         fold_rows(g.scales.rows_dq.score, first_q, sq.data(), rows, d, root);
+        repair(g.scales.rows_dq.score, first_q, q_terms.term, q_terms.count);
+        for (std::size_t r = 0; r < rows; ++r) g.scales.score_dq = std::max(g.scales.score_dq, g.scales.rows_dq.score[first_q + r]);
         // |lse_i| moves all of row i's weights by one factor, so dQ_i itself (not its terms): |lse_i| |dQ_i|
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, ds.data(), int(n_kv), k,
                     int(d), 0.0, sq.data(), int(d));
@@ -460,10 +513,6 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
       for (double x : pv) g.scales.terms_dv = std::max(g.scales.terms_dv, x);
       for (double x : cols) g.col_sum = std::max(g.col_sum, x);
       for (double x : ck) g.scales.dk = std::max(g.scales.dk, x);
-      for (double x : sk) g.scales.score_dk = std::max(g.scales.score_dk, std::sqrt(x));
-      for (double x : lk) g.scales.lse_dk = std::max(g.scales.lse_dk, std::sqrt(x));
-      for (double x : sv) g.scales.score_dv = std::max(g.scales.score_dv, std::sqrt(x));
-      for (double x : lv) g.scales.lse_dv = std::max(g.scales.lse_dv, std::sqrt(x));
       const std::size_t first_k = (b * sh.kv_head_count() + h / sh.group()) * n_kv;
       fold_rows(g.scales.rows_dk.cancel, first_k, ck.data(), n_kv, d, same);
       fold_rows(g.scales.rows_dk.terms, first_k, ak.data(), n_kv, d, same);
@@ -472,6 +521,16 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
       fold_rows(g.scales.rows_dv.terms, first_k, pv.data(), n_kv, d_v, same);
       fold_rows(g.scales.rows_dv.score, first_k, sv.data(), n_kv, d_v, root);
       fold_rows(g.scales.rows_dv.lse, first_k, lv.data(), n_kv, d_v, root);
+      repair(g.scales.rows_dk.score, first_k, k_terms.term, k_terms.count);
+      repair(g.scales.rows_dk.lse, first_k, k_terms.lse_term, k_terms.count);
+      repair(g.scales.rows_dv.score, first_k, v_terms.term, v_terms.count);
+      repair(g.scales.rows_dv.lse, first_k, v_terms.lse_term, v_terms.count);
+      for (std::size_t j = 0; j < n_kv; ++j) {
+        g.scales.score_dk = std::max(g.scales.score_dk, g.scales.rows_dk.score[first_k + j]);
+        g.scales.lse_dk = std::max(g.scales.lse_dk, g.scales.rows_dk.lse[first_k + j]);
+        g.scales.score_dv = std::max(g.scales.score_dv, g.scales.rows_dv.score[first_k + j]);
+        g.scales.lse_dv = std::max(g.scales.lse_dv, g.scales.rows_dv.lse[first_k + j]);
+      }
     }
   for (double x : sink_mass) g.sink_mass = std::max(g.sink_mass, x);
   for (double x : sink_terms) g.scales.terms_dsinks = std::max(g.scales.terms_dsinks, x);
@@ -538,7 +597,7 @@ GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<doubl
                                double eta_acc, double eta_store, double eta_weight, double failure_probability) {
   const Shape sh = in.shape();
   const Magnitudes m = magnitudes(in, opt);
-  const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt);
+  const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt, m.rows);
   GradientBounds b;
   b.worst = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
   // One bound per gradient element and per dS entry; sums of at most n + d terms.

@@ -191,6 +191,9 @@ struct GradientScales {
   double score = 0;
   // the same plus |lse_i| in row i: weights rebuilt as exp(S_ij - lse_i) carry its rounding too
   double score_lse = 0;
+  // max over the weights of sigma_ij + sum_k P_ik sigma_ik: u_acc times it is the largest relative
+  // error of a weight from the scores' roundings, to first order (the model holds while it is small)
+  double score_max = 0;
   // The same quantities row by row (each the largest over one gradient row's
   // elements): dQ's query rows, flat [B, H, n_q]; dK's and dV's key rows,
   // flat [B, H_kv, n_kv]. The tight verdict judges each row in its own units
