@@ -793,8 +793,9 @@ def gradient_section(grads, precisions, panels):
              "axis).", "",
              f"![gradient error vs logit scale]({f2})", "",
              f"At n = {n_scale}, against the logit scale. Per precision, policy and gradient over every problem "
-             "(err/tight: the error over verify_backward()'s tight tolerance, min(probabilistic bound, 2x the "
-             "baseline's error + the floor); err/worst: over the worst-case bound of metrics.hpp):", "",
+             "(err/tight: the deciding row's error over its tight tolerance, verify_backward() judging each row "
+             "of dQ and each key's row of dK and dV in its own units, min(probabilistic bound, the baseline's rule); "
+             "err/worst: over the worst-case bound of metrics.hpp):", "",
              "| precision | accumulate | gradient | points | passed | uninformative | median relative | max relative | "
              "median err/tight | max err/tight | median err/worst | failed tight | failed worst-case |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
