@@ -79,7 +79,7 @@ MUTANTS = [
     Mutant("st-v-tile-shift", ST, "T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf)",
            "T::load_v(&in.v(blk.b, blk.hk, j0 > 0 ? j0 - 1 : 0, 0), cols, d_v, v_buf)",
            "V tiles after the first start one key early"),
-    # streaming: the variants and split-KV (issue 19)
+    # streaming: the variants and split-KV
     Mutant("st-split-merge-no-rescale", ST,
            "sum += A(part_l[x] * exp_of<A>(A(part_m[x] - m)) / L) * part_o[x * d_v + c];",
            "sum += A(part_l[x] / L) * part_o[x * d_v + c];",
@@ -178,7 +178,7 @@ MUTANTS = [
            "a sliding window one key short"),
     Mutant("naive-window-k", NAIVE, "k + keys.begin * d_k,", "k,", "naive scores use K from key 0 under a window",
            count=2),
-    # the backward pass (issue 18's list): streaming (FlashAttention-2), the slab kernel (math, blocked), naive
+    # the backward pass: streaming (FlashAttention-2), the slab kernel (math, blocked), naive
     Mutant("bwd-st-d-omitted", ST, "for (std::size_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - d_i);",
            "for (std::size_t c = 0; c < cols; ++c) ds[c] = p[c] * ds[c];", "streaming: D omitted (dS = P o dP)"),
     Mutant("bwd-slab-d-omitted", SLAB, "ds_i[c] = p_i[c] * (ds_i[c] - d_i);", "ds_i[c] = p_i[c] * ds_i[c];",
@@ -219,7 +219,7 @@ MUTANTS = [
            "streaming: dQ accumulated in the storage precision (rounded after every key tile)"),
     Mutant("bwd-slab-dv-offset", SLAB, "gemm_tn<A>(probs, d_o, dv_acc + lo * d_v,", "gemm_tn<A>(probs, d_o, dv_acc,",
            "math/blocked: dV of a slab added from key 0, not from the slab's first key"),
-    # Issue 34's classes: scale from d_v, lse of fully masked and sink rows, the ragged last query block,
+    # Verdicts at the edges: scale from d_v, lse of fully masked and sink rows, the ragged last query block,
     # GQA head mapping in the slab kernel and the backward, workers sharing scratch, an empty split in the
     # merge, O and l kept in the storage precision per tile.
     Mutant("scale-from-dv", PROBLEM, "1.0 / std::sqrt(static_cast<double>(s.d_k))",

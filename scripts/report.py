@@ -466,7 +466,7 @@ def performance_report(rows, peak, bench, folder):
 
 
 def backward_performance(rows, fused, fp32_peak, target):
-    """The backward pass's targets (issue 18; appended to the target table through `target`) and the table of every
+    """The backward pass's targets (appended to the target table through `target`) and the table of every
     attn_bwd / attn_fwdbwd run. FLOPs: 2.5x the forward's (FlashAttention-2's count), 3.5x for forward + backward."""
     bwd = [r for r in rows if r["family"] in ("attn_bwd", "attn_fwdbwd")]
     if not bwd:
@@ -934,7 +934,7 @@ def median_seconds(r):
 
 
 def variants_report(rows, peak, folder):
-    """The variants of issue 19 (attn_var: soft-cap, sinks, ALiBi, documents against plain causal attention at
+    """The attention variants (attn_var: soft-cap, sinks, ALiBi, documents against plain causal attention at
     H = 8; GQA H_kv = 8 against MHA at H = 32) with each one's cost and error against its bound, and the decode
     step (attn_decode: one query over a KV cache of n_kv, H = 32, H_kv = 8, d = 128) as K/V bytes per second
     against this run's measured read bandwidth (`attn-lab peak`)."""

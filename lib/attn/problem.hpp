@@ -78,8 +78,8 @@ struct Options {
   std::optional<xt::xtensor<double, 1>> alibi_slopes;  // [H] ALiBi slopes (alibi_slopes(H): the paper's)
   std::optional<Segments> segments;                  // document ids: queries see keys of their own document
   // Split-KV decoding of backends that split the keys among workers
-  // (streaming): the number of key chunks per query block; 0 chooses it from
-  // the shape (BackendTraits::splits_keys).
+  // (streaming): the number of key chunks per query block; 0 lets the
+  // backend choose from the shape and the threads (streaming.cpp, `plan`).
   std::size_t kv_splits = 0;
 
   double resolved_scale(const Shape& s) const;

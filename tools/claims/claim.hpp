@@ -1,9 +1,10 @@
 // The claims ledger: published statements about attention, each an
 // experiment with a criterion fixed before it runs and a measured verdict.
-// A claim is one .cpp file in tools/claims/: its metadata (id, source,
-// quote, statement, experiment, criterion) in an ATTN_CLAIM entry beside the
-// experiment's code, registered at start-up (the claims library is linked
-// whole, so every file's entry is kept).
+// A claim is two things: its ledger entry (tools/claims/ledger.json: id,
+// source, quote, statement, experiment, criterion, registration date,
+// revisions, retirement), built into attn-lab as a header, and one .cpp file
+// in tools/claims/ whose ATTN_CLAIM entry registers the experiment at
+// start-up (the claims library is linked whole, so every file's entry is kept).
 #pragma once
 
 #include <cstdint>
