@@ -43,13 +43,13 @@
 #include <string>
 #include <vector>
 
-#include "attn/alloc_counter.hpp"
-#include "attn/npy.hpp"
-#include "attn/plugin.hpp"
-#include "attn/random.hpp"
-#include "attn/simd.hpp"
-#include "attn/verify.hpp"
-#include "common/json.hpp"
+#include "attn/core/alloc_counter.hpp"
+#include "attn/io/npy.hpp"
+#include "attn/registry/plugin.hpp"
+#include "attn/core/random.hpp"
+#include "attn/simd/simd.hpp"
+#include "attn/verify/verify.hpp"
+#include "attn/io/json.hpp"
 #include "studies/studies.hpp"
 
 namespace attn::bench {
@@ -474,7 +474,7 @@ void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& 
   prep.err = c.out_tight.error;
   prep.bound = c.out_tight.tolerance;
   prep.worst_bound = c.out_worst.tolerance;
-  if (!c.within || !c.tight_within)
+  if (!c.passed())
     prep.skip = "output row " + std::to_string(c.out_tight.row) + ": error " + std::to_string(c.out_tight.error) +
                 " exceeds its tight tolerance " + std::to_string(c.out_tight.tolerance) + " or row " +
                 std::to_string(c.out_worst.row) + "'s worst-case bound " + std::to_string(c.out_worst.tolerance) +
@@ -507,9 +507,9 @@ void prepare_backward(Prepared& prep, const BackendInfo& b, const PrecisionInfo&
       prep.bound = part.tight.tolerance;
       prep.worst_bound = part.tolerance;
     }
-  if (!c.within || !c.tight_within) {
+  if (!c.passed()) {
     for (const auto& part : c.parts)
-      if (!part.tight.within() || part.error.max_abs > part.tolerance)
+      if (!part.within() || !part.within_tight())
         prep.skip += std::string(part.name) + " row " + std::to_string(part.tight.row) + " error " +
                      std::to_string(part.tight.error) + " exceeds its tight tolerance " +
                      std::to_string(part.tight.tolerance) + ", or max error " + std::to_string(part.error.max_abs) +

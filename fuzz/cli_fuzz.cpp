@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/error.hpp"
+#include "attn/core/error.hpp"
 #include "cli/parse.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

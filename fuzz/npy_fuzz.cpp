@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "attn/error.hpp"
-#include "attn/npy.hpp"
+#include "attn/core/error.hpp"
+#include "attn/io/npy.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

@@ -14,9 +14,9 @@
 #include <cstdio>
 #include <map>
 
-#include "attn/random.hpp"
-#include "attn/registry.hpp"
-#include "attn/verify.hpp"
+#include "attn/core/random.hpp"
+#include "attn/registry/registry.hpp"
+#include "attn/verify/verify.hpp"
 #include "test_problems.hpp"
 
 namespace attn {

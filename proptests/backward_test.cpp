@@ -13,11 +13,11 @@
 
 #include "attn/backends/reference.hpp"
 #include "attn/backends/reference_exact.hpp"
-#include "attn/independent.hpp"
-#include "attn/metrics.hpp"
-#include "attn/random.hpp"
-#include "attn/registry.hpp"
-#include "attn/verify.hpp"
+#include "attn/verify/independent.hpp"
+#include "attn/verify/metrics.hpp"
+#include "attn/core/random.hpp"
+#include "attn/registry/registry.hpp"
+#include "attn/verify/verify.hpp"
 #include "test_problems.hpp"
 
 namespace attn {

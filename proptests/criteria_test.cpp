@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "attn/random.hpp"
-#include "attn/verify.hpp"
+#include "attn/core/random.hpp"
+#include "attn/verify/verify.hpp"
 
 namespace attn {
 namespace {

@@ -15,11 +15,11 @@
 #include <fstream>
 #include <xtensor/xnpy.hpp>
 
-#include "attn/examples.hpp"
-#include "attn/metrics.hpp"
-#include "attn/npy.hpp"
-#include "attn/registry.hpp"
-#include "attn/verify.hpp"
+#include "attn/verify/examples.hpp"
+#include "attn/verify/metrics.hpp"
+#include "attn/io/npy.hpp"
+#include "attn/registry/registry.hpp"
+#include "attn/verify/verify.hpp"
 
 namespace attn {
 namespace {

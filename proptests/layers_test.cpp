@@ -1,4 +1,4 @@
-// Properties of the layers (lib/attn/layers.hpp), over every registered
+// Properties of the layers (lib/attn/layers/layers.hpp), over every registered
 // backend and storage precision (default accumulation policy):
 //   W_O = I gives the concatenated heads, W_O = c I c times them, one head
 //   with identity projections is single-head attention (all bit-exact: the
@@ -21,9 +21,9 @@
 #include <numeric>
 #include <random>
 
-#include "attn/layers.hpp"
-#include "attn/metrics.hpp"
-#include "attn/random.hpp"
+#include "attn/layers/layers.hpp"
+#include "attn/verify/metrics.hpp"
+#include "attn/core/random.hpp"
 
 namespace attn {
 namespace {

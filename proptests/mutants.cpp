@@ -4,7 +4,7 @@
 // inherit the fix it is meant to lack.
 #include "mutants.hpp"
 
-#include "attn/backend_row.hpp"
+#include "attn/registry/backend_row.hpp"
 
 #include <cmath>
 #include <vector>

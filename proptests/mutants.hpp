@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "attn/registry.hpp"
+#include "attn/registry/registry.hpp"
 
 namespace attn::props {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "mutants.hpp"
-#include "properties.hpp"
+#include "attn/verify/properties.hpp"
 
 namespace attn::props {
 namespace {

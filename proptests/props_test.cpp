@@ -12,9 +12,9 @@
 #include <cstdio>
 #include <set>
 
-#include "attn/plugin.hpp"
+#include "attn/registry/plugin.hpp"
 #include "studies/studies.hpp"
-#include "properties.hpp"
+#include "attn/verify/properties.hpp"
 
 namespace attn::props {
 namespace {
@@ -225,7 +225,7 @@ TEST(Scaling, E7EntropyFallsWithoutTheScaleAndStaysFlatWithIt) {
 int main(int argc, char** argv) {
   using namespace attn::props;
   ::testing::InitGoogleTest(&argc, argv);
-  try {  // ATTN_PLUGINS: kernels from plugin libraries join the registry (attn/plugin.hpp)
+  try {  // ATTN_PLUGINS: kernels from plugin libraries join the registry (attn/registry/plugin.hpp)
     for (const std::string& name : attn::load_plugins_from_env()) std::printf("plugin backend: %s\n", name.c_str());
   } catch (const attn::Error& e) {
     std::fprintf(stderr, "props: %s\n", e.what());

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "attn/random.hpp"
+#include "attn/core/random.hpp"
 
 namespace attn {
 

@@ -13,9 +13,9 @@
 
 #include <string>
 
-#include "attn/independent.hpp"
-#include "attn/random.hpp"
-#include "attn/registry.hpp"
+#include "attn/verify/independent.hpp"
+#include "attn/core/random.hpp"
+#include "attn/registry/registry.hpp"
 
 namespace attn {
 namespace {

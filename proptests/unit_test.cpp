@@ -11,12 +11,12 @@
 #include <xtensor/xnpy.hpp>
 
 #include "attn/backends/kernels.hpp"
-#include "attn/npy.hpp"
-#include "attn/parallel.hpp"
-#include "attn/random.hpp"
-#include "attn/registry.hpp"
-#include "attn/simd.hpp"
-#include "attn/verify.hpp"
+#include "attn/io/npy.hpp"
+#include "attn/core/parallel.hpp"
+#include "attn/core/random.hpp"
+#include "attn/registry/registry.hpp"
+#include "attn/simd/simd.hpp"
+#include "attn/verify/verify.hpp"
 
 namespace attn {
 namespace {

@@ -30,8 +30,8 @@ MICRO = "lib/attn/backends/microkernel.cpp"
 SIMD = "lib/attn/simd/variant.inc"
 KCPP = "lib/attn/backends/kernels.cpp"
 KHPP = "lib/attn/backends/kernels.hpp"
-PROBLEM = "lib/attn/problem.cpp"
-PROBLEM_HPP = "lib/attn/problem.hpp"
+PROBLEM = "lib/attn/core/problem.cpp"
+PROBLEM_HPP = "lib/attn/core/problem.hpp"
 NAIVE = "lib/attn/backends/naive_kernel.hpp"
 
 MUTANTS = [

@@ -22,7 +22,7 @@ attn_install_missing() {
 }
 
 # Configures build/ once (release, portable: the vector kernels are chosen at
-# run time, attn/simd.hpp), then builds what changed.
+# run time, attn/simd/simd.hpp), then builds what changed.
 attn_build() {
   if [ ! -f build/build.ninja ]; then
     meson setup build --buildtype=release

@@ -9,6 +9,7 @@ printed.
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -80,6 +81,15 @@ def point(err, within_tight=True):
 
 
 class Statistics(unittest.TestCase):
+    def test_one_bootstrap_in_python_and_cpp(self):
+        # The claims' timing criteria bootstrap in C++ (tools/studies/studies.hpp, median_ratio): the same level,
+        # resamples and seed as stats.ratio_ci, read from the header, so the two cannot drift apart.
+        header = open(os.path.join(HERE, "..", "tools", "studies", "studies.hpp")).read()
+        cpp = {k: float(re.search(rf"constexpr \w+ {k} = ([0-9.]+);", header).group(1))
+               for k in ("interval_level", "bootstrap_resamples", "bootstrap_seed")}
+        self.assertEqual(cpp, {"interval_level": stats.LEVEL, "bootstrap_resamples": stats.BOOTSTRAP,
+                               "bootstrap_seed": stats.SEED})
+
     def test_median_interval_from_order_statistics(self):
         self.assertIsNone(stats.median_ci([1, 2, 3, 4, 5]))  # (min, max) of 5 covers 93.75% < 95%
         lo, hi, cov = stats.median_ci([6, 1, 5, 2, 4, 3])

@@ -12,7 +12,7 @@
  * under its own name. The descriptor it returns must live as long as the
  * library is loaded (a static object).
  *
- * The problem (attention-lab's contract, lib/attn/problem.hpp):
+ * The problem (attention-lab's contract, lib/attn/core/problem.hpp):
  *   O = softmax(scale Q K^T + mask) V, per batch b and query head h,
  *   q [B, H, n_q, d_k], k [B, H_kv, n_kv, d_k], v [B, H_kv, n_kv, d_v],
  *   o [B, H, n_q, d_v]; query head h reads K/V head h / (H / H_kv).

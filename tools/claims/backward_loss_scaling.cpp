@@ -5,7 +5,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "attn/random.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

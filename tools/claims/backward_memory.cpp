@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "attn/random.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "attn/backends/kernels.hpp"
-#include "attn/random.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attn/verify.hpp"
+#include "attn/verify/verify.hpp"
 #include "studies/studies.hpp"
 
 namespace attn::claims {
@@ -99,16 +99,10 @@ struct Registration {
 // The backends claims compare are chosen by trait (registry.hpp):
 // baseline_backend(), fused_backend() (FlashAttention's algorithm), exact_backend().
 
-// A timing comparison that noise cannot flip: the ratio of the medians of
-// two samples of timings (numerator / denominator) with a 95% interval from
-// 2,000 bootstrap resamples of each sample (fixed seed, so the same timings
-// give the same interval). A timing criterion is decided only when the whole
-// interval lies on one side of its threshold; otherwise the verdict is
-// inconclusive, within noise.
-struct RatioInterval {
-  double median = 0, low = 0, high = 0;
-};
-RatioInterval median_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator);
+// A timing comparison that noise cannot flip: median_ratio (studies.hpp),
+// the ratio of the medians with its bootstrap interval. A timing criterion is
+// decided only when the whole interval lies on one side of its threshold;
+// otherwise the verdict is inconclusive, within noise.
 // holds if the interval lies entirely <= `threshold`, does not hold if entirely above, inconclusive otherwise.
 Outcome at_most(const RatioInterval& r, double threshold);
 // Timings of `rounds` x `per_round` calls of a and b, alternating rounds so

@@ -5,7 +5,7 @@
 // against one worker for the one head (--kv-splits 1), on 2 threads.
 #include <sstream>
 
-#include "attn/random.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

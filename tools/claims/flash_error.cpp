@@ -7,7 +7,7 @@
 #include <limits>
 #include <sstream>
 
-#include "attn/random.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <vector>
 
-#include "attn/fp8.hpp"
-#include "attn/random.hpp"
+#include "attn/core/fp8.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

@@ -4,7 +4,7 @@
 // streaming backend with H_q = 32 query heads over 32, 8 and 1 K/V heads.
 #include <sstream>
 
-#include "attn/random.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

@@ -3,7 +3,7 @@
 // standard GEMM attention (math) vs streaming.
 #include <sstream>
 
-#include "attn/random.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

@@ -13,8 +13,8 @@
 #include <sstream>
 #include <vector>
 
-#include "attn/random.hpp"
-#include "attn/simd.hpp"
+#include "attn/core/random.hpp"
+#include "attn/simd/simd.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

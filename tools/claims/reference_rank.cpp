@@ -5,8 +5,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "attn/random.hpp"
-#include "attn/registry.hpp"
+#include "attn/core/random.hpp"
+#include "attn/registry/registry.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

@@ -100,25 +100,6 @@ const std::vector<Retired>& retired_claims() {
   return retired;
 }
 
-RatioInterval median_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator) {
-  if (numerator.empty() || denominator.empty()) throw Error("median_ratio: an empty sample of timings");
-  RatioInterval r;
-  r.median = median(numerator) / median(denominator);
-  constexpr int resamples = 2000;
-  std::mt19937_64 rng(20261130);
-  std::vector<double> ratios(resamples), a(numerator.size()), b(denominator.size());
-  for (double& ratio : ratios) {
-    std::uniform_int_distribution<std::size_t> pick_a(0, a.size() - 1), pick_b(0, b.size() - 1);
-    for (double& x : a) x = numerator[pick_a(rng)];
-    for (double& x : b) x = denominator[pick_b(rng)];
-    ratio = median(a) / median(b);
-  }
-  std::sort(ratios.begin(), ratios.end());
-  r.low = ratios[std::size_t(0.025 * resamples)];
-  r.high = ratios[std::size_t(0.975 * resamples) - 1];
-  return r;
-}
-
 Outcome at_most(const RatioInterval& r, double threshold) {
   return r.high <= threshold ? Outcome::holds : r.low > threshold ? Outcome::does_not_hold : Outcome::inconclusive;
 }

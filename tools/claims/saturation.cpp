@@ -2,8 +2,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "attn/examples.hpp"
-#include "attn/random.hpp"
+#include "attn/verify/examples.hpp"
+#include "attn/core/random.hpp"
 #include "claims/claim.hpp"
 
 namespace attn::claims {

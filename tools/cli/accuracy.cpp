@@ -4,7 +4,7 @@
 
 #include "attn/backends/reference.hpp"
 
-#include "attn/npy.hpp"
+#include "attn/io/npy.hpp"
 #include "cli/command.hpp"
 #include "studies/studies.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/error.hpp"
+#include "attn/core/error.hpp"
 
 namespace attn::cli {
 

@@ -3,10 +3,10 @@
 #include <cstdio>
 #include <optional>
 
-#include "attn/alloc_counter.hpp"
-#include "attn/npy.hpp"
-#include "attn/random.hpp"
-#include "attn/verify.hpp"
+#include "attn/core/alloc_counter.hpp"
+#include "attn/io/npy.hpp"
+#include "attn/core/random.hpp"
+#include "attn/verify/verdict_json.hpp"
 #include "cli/command.hpp"
 #include "cli/parse.hpp"
 #include "studies/studies.hpp"
@@ -216,9 +216,7 @@ int run(const Args& args) {
                       "largest row error %.3g); worst-case bound %.3g: %s%s\n",
                       std::string(part.name).c_str(), part.error.max_abs, part.tight.row, part.tight.error,
                       part.tight.tolerance, part.baseline_error, part.tolerance,
-                      part.tight.within() && part.error.max_abs <= part.tolerance &&
-                              part.error.all_finite_where_ref_finite
-                          ? "within"
+                      part.within() && part.within_tight() ? "within"
                           : "EXCEEDED",
                       part.tight_informative
                           ? ""
@@ -228,12 +226,12 @@ int run(const Args& args) {
       }
     }
   }
-  if (gc && !(gc->within && gc->tight_within)) {
+  if (gc && !gc->passed()) {
     std::fprintf(stderr, "attn-lab: a gradient's error against the ground truth exceeds the %s\n",
                  gc->within ? "tight criterion (probabilistic bound and 2x baseline)" : "worst-case derived bound");
     return 1;
   }
-  if (check && !(c.within && c.tight_within)) {
+  if (check && !c.passed()) {
     std::fprintf(stderr, "attn-lab: error against the ground truth exceeds the %s\n",
                  c.within ? "tight criterion (probabilistic bound and 2x baseline)" : "worst-case derived bound");
     return 1;

@@ -5,8 +5,8 @@
 #include <set>
 #include <sstream>
 
-#include "attn/alloc_counter.hpp"
-#include "attn/npy.hpp"
+#include "attn/core/alloc_counter.hpp"
+#include "attn/io/npy.hpp"
 #include "claims/claim.hpp"
 #include "cli/command.hpp"
 

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "attn/registry.hpp"
+#include "attn/registry/registry.hpp"
 #include "cli/args.hpp"
-#include "common/json.hpp"
+#include "attn/io/json.hpp"
 
 namespace attn::cli {
 

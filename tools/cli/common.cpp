@@ -3,7 +3,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "attn/npy.hpp"
+#include "attn/io/npy.hpp"
 #include "cli/command.hpp"
 
 namespace attn::cli {

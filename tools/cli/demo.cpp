@@ -2,10 +2,10 @@
 // backend and precision, each checked by verify().
 #include <cstdio>
 
-#include "attn/alloc_counter.hpp"
-#include "attn/examples.hpp"
-#include "attn/random.hpp"
-#include "attn/verify.hpp"
+#include "attn/core/alloc_counter.hpp"
+#include "attn/verify/examples.hpp"
+#include "attn/core/random.hpp"
+#include "attn/verify/verify.hpp"
 #include "cli/command.hpp"
 
 namespace attn::cli {
@@ -46,11 +46,11 @@ int run(const Args& args) {
           continue;
         }
         const Check c = verify(r, p.opt);
-        all_within = all_within && c.within && c.tight_within;
+        all_within = all_within && c.passed();
         std::printf("%-10s %-6s %-6s %12.6f %12zu %12.3g %12.3g  %s%s\n", backend.name.c_str(),
                     std::string(precision.name).c_str(), std::string(accumulate_name(acc)).c_str(), r.seconds, peak,
                     c.out_tight.error, c.out_tight.tolerance, p.name.c_str(),
-                    c.within && c.tight_within ? (c.tight_informative ? "" : "  (uninformative)") : "  EXCEEDED");
+                    c.passed() ? (c.tight_informative ? "" : "  (uninformative)") : "  EXCEEDED");
       }
   std::printf("row_error, row_tol: the output row nearest its tight tolerance (each row is judged by its own)\n");
   std::printf("%s\n", all_within ? "every error is within its tight tolerance and its worst-case bound"

@@ -1,5 +1,5 @@
 // attn-lab entropy: EXAMPLES.md E7.
-#include "attn/npy.hpp"
+#include "attn/io/npy.hpp"
 #include "cli/command.hpp"
 #include "studies/studies.hpp"
 

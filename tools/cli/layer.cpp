@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <utility>
 
-#include "attn/layers.hpp"
+#include "attn/layers/layers.hpp"
 #include "studies/studies.hpp"
-#include "attn/npy.hpp"
-#include "attn/random.hpp"
+#include "attn/io/npy.hpp"
+#include "attn/core/random.hpp"
 #include "cli/command.hpp"
 #include "cli/parse.hpp"
 

@@ -1,7 +1,7 @@
 // attn-lab list: the registry's two tables.
 #include <cstdio>
 
-#include "attn/simd.hpp"
+#include "attn/simd/simd.hpp"
 #include "cli/command.hpp"
 
 namespace attn::cli {

@@ -9,8 +9,8 @@
 #include <iostream>
 #include <new>
 
-#include "attn/plugin.hpp"
-#include "attn/simd.hpp"
+#include "attn/registry/plugin.hpp"
+#include "attn/simd/simd.hpp"
 #include "cli/command.hpp"
 
 namespace attn::cli {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "attn/npy.hpp"
+#include "attn/io/npy.hpp"
 
 namespace attn::cli {
 

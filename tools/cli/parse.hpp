@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "attn/mask.hpp"
+#include "attn/core/mask.hpp"
 #include "cli/args.hpp"
 
 namespace attn::cli {

@@ -1,7 +1,7 @@
 // attn-lab peak: this machine's measured peaks.
 #include <cstdio>
 
-#include "attn/npy.hpp"
+#include "attn/io/npy.hpp"
 #include "cli/command.hpp"
 #include "studies/machine.hpp"
 

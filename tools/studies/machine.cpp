@@ -8,9 +8,9 @@
 #include <vector>
 #include <xtensor-blas/xblas.hpp>
 
-#include "attn/registry.hpp"
-#include "attn/simd.hpp"
-#include "attn/xt.hpp"
+#include "attn/registry/registry.hpp"
+#include "attn/simd/simd.hpp"
+#include "attn/core/xt.hpp"
 
 namespace attn {
 
@@ -30,7 +30,7 @@ double best_seconds(int reps, const std::function<void()>& f) {
 }
 
 // 2 * lanes * chains * iters FLOPs of independent FMA chains in the vector
-// kernels in use (attn/simd.hpp): as many chains as the target's registers
+// kernels in use (attn/simd/simd.hpp): as many chains as the target's registers
 // hold beside the two constants (14 ymm on AVX2, 30 zmm on AVX-512), more
 // than FMA latency x pipes, so every pipe stays busy and nothing spills.
 template <class T>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "common/json.hpp"
+#include "attn/io/json.hpp"
 
 namespace attn {
 
@@ -22,7 +22,7 @@ struct MachinePeak {
   double triad_gbs_core = 0, triad_gbs_all = 0;  // a[i] = b[i] + s c[i], 3 x 8 bytes per element
   double read_gbs_core = 0, read_gbs_all = 0;    // a sum over 256 MiB per thread: reading only
   unsigned cores = 0;
-  std::string simd;  // the vector kernels in use (attn/simd.hpp), which the FMA probe ran
+  std::string simd;  // the vector kernels in use (attn/simd/simd.hpp), which the FMA probe ran
   std::size_t fma_chains = 0;  // independent FMA chains of the probe
   std::string blas;  // blas_info()
   std::string cpu;   // model name from /proc/cpuinfo

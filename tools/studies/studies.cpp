@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <cmath>
 #include <sstream>
 
-#include "attn/fp8.hpp"
-#include "attn/random.hpp"
-#include "attn/verify.hpp"
+#include "attn/core/fp8.hpp"
+#include "attn/core/random.hpp"
+#include "attn/verify/verdict_json.hpp"
 
 namespace attn {
 
@@ -303,6 +304,30 @@ std::optional<std::pair<double, double>> median_interval(std::vector<double> xs,
     best = std::pair{xs[k - 1], xs[n - k]};
   }
   return best;
+}
+
+RatioInterval median_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator) {
+  if (numerator.empty() || denominator.empty()) throw Error("median_ratio: an empty sample of timings");
+  RatioInterval r;
+  r.median = median(numerator) / median(denominator);
+  std::mt19937_64 rng(bootstrap_seed);
+  std::vector<double> ratios(bootstrap_resamples), a(numerator.size()), b(denominator.size());
+  for (double& ratio : ratios) {
+    std::uniform_int_distribution<std::size_t> pick_a(0, a.size() - 1), pick_b(0, b.size() - 1);
+    for (double& x : a) x = numerator[pick_a(rng)];
+    for (double& x : b) x = denominator[pick_b(rng)];
+    ratio = median(a) / median(b);
+  }
+  // NumPy's default quantile (linear between order statistics), as stats.py's.
+  std::sort(ratios.begin(), ratios.end());
+  const auto quantile = [&](double q) {
+    const double at = q * double(ratios.size() - 1);
+    const std::size_t k = std::size_t(at);
+    return k + 1 < ratios.size() ? ratios[k] + (at - double(k)) * (ratios[k + 1] - ratios[k]) : ratios[k];
+  };
+  r.low = quantile((1 - interval_level) / 2);
+  r.high = quantile(1 - (1 - interval_level) / 2);
+  return r;
 }
 
 }  // namespace attn

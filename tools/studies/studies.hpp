@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "attn/registry.hpp"
-#include "common/json.hpp"
+#include "attn/registry/registry.hpp"
+#include "attn/io/json.hpp"
 
 namespace attn {
 
@@ -74,5 +74,20 @@ double median(std::vector<double> xs);
 // scripts/stats.py's median_ci, which the reports use: here it is attn-bench's
 // stopping rule for adaptive sampling, so the C++ side needs its own copy.
 std::optional<std::pair<double, double>> median_interval(std::vector<double> xs, double level = 0.95);
+
+// The ratio of the medians of two samples (numerator / denominator) with its
+// percentile-bootstrap interval: each sample resampled independently
+// `bootstrap_resamples` times from a fixed seed (the same timings give the
+// same interval), quantiles as NumPy's. The one bootstrap of the suite: the
+// same level, resamples and quantile rule as scripts/stats.py's ratio_ci,
+// which the reports use (test_compare.py reads these constants and checks they agree); the
+// claims' timing criteria need it in C++.
+constexpr double interval_level = 0.95;
+constexpr int bootstrap_resamples = 10000;
+constexpr unsigned bootstrap_seed = 20261201;
+struct RatioInterval {
+  double median = 0, low = 0, high = 0;
+};
+RatioInterval median_ratio(const std::vector<double>& numerator, const std::vector<double>& denominator);
 
 }  // namespace attn

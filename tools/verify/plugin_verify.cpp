@@ -16,10 +16,11 @@
 #include <sstream>
 #include <thread>
 
-#include "attn/npy.hpp"
-#include "attn/plugin.hpp"
-#include "common/json.hpp"
-#include "properties.hpp"
+#include "attn/io/npy.hpp"
+#include "attn/registry/plugin.hpp"
+#include "attn/io/json.hpp"
+#include "attn/verify/properties.hpp"
+#include "studies/studies.hpp"  // median
 
 extern char** environ;
 
@@ -243,12 +244,6 @@ const BackendInfo& kernel_row(const std::string& name) {
   const BackendInfo& b = backend_info(name);
   if (!b.traits.plugin) throw Error("'" + name + "' is not a plugin's kernel");
   return b;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // The short benchmark: the kernel and every built-in backend (but the exact

@@ -1,7 +1,7 @@
 // attn-lab verify: the verdict on a kernel this suite did not write (a
-// plugin, attn/plugin.hpp). For every configuration the kernel claims
+// plugin, attn/registry/plugin.hpp). For every configuration the kernel claims
 // (storage precision x accumulation), every property of the suite
-// (proptests/properties.hpp) runs under RapidCheck with cases restricted to
+// (lib/attn/verify/properties.hpp) runs under RapidCheck with cases restricted to
 // the masks and variants it claims; a failure is shrunk, its inputs saved as
 // .npy files with the one `attn-lab attend` command that replays them; then
 // a short benchmark beside the built-in backends, in the same process run.

@@ -1,7 +1,7 @@
 #include "attn/backends/blocked.hpp"
 
 #include "attn/backends/slab_kernel.hpp"
-#include "attn/instantiate.hpp"
+#include "attn/backends/instantiate.hpp"
 
 namespace attn::backends {
 

@@ -6,7 +6,7 @@
 // FlashAttention's tiling (Dao et al. 2022), without the online rescaling.
 #pragma once
 
-#include "attn/backend.hpp"
+#include "attn/registry/backend.hpp"
 
 namespace attn::backends {
 

@@ -1,6 +1,6 @@
 // The built-in backends: the one list that names them. Adding a backend is
 // its header/source pair under backends/ plus one row here.
-#include "attn/backend_row.hpp"
+#include "attn/registry/backend_row.hpp"
 #include "attn/backends/blocked.hpp"
 #include "attn/backends/math.hpp"
 #include "attn/backends/naive.hpp"

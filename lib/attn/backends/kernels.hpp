@@ -10,8 +10,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "attn/backend.hpp"
-#include "attn/simd.hpp"
+#include "attn/registry/backend.hpp"
+#include "attn/simd/simd.hpp"
 
 namespace attn::detail {
 
@@ -82,7 +82,7 @@ inline RowSpan rows_seeing(const MaskView& mask, std::size_t b, std::size_t i0, 
   return hull.first < hull.last ? hull : RowSpan{};
 }
 
-// bf16/fp16 -> float: the dispatched vector kernels (attn/simd.hpp).
+// bf16/fp16 -> float: the dispatched vector kernels (attn/simd/simd.hpp).
 inline void widen_to_float(const bf16* src, std::size_t n, float* dst) { attn::simd().widen_bf16(src, n, dst); }
 inline void widen_to_float(const fp16* src, std::size_t n, float* dst) { attn::simd().widen_fp16(src, n, dst); }
 
@@ -199,7 +199,7 @@ void mask_row_if_partial(A* s, const MaskView& mask, std::size_t b, std::size_t 
 }
 
 // s[j] = exp(s[j] - m) for j < n; returns their sum. For float and double
-// with simd = true, the dispatched vector kernel (attn/simd.hpp: xsimd's
+// with simd = true, the dispatched vector kernel (attn/simd/simd.hpp: xsimd's
 // exp, lane-wise partial sums); otherwise std::exp (or the type's exp) in
 // order. -inf gives 0 either way.
 template <class A>

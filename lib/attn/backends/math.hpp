@@ -6,7 +6,7 @@
 // products run as loops that round every operation.
 #pragma once
 
-#include "attn/backend.hpp"
+#include "attn/registry/backend.hpp"
 
 namespace attn::backends {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 
 #include "attn/backends/kernels.hpp"
-#include "attn/precision.hpp"
-#include "attn/simd.hpp"
+#include "attn/core/precision.hpp"
+#include "attn/simd/simd.hpp"
 
 namespace attn::detail {
 

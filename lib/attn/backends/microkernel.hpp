@@ -7,7 +7,7 @@
 // operands and checks its thread pool on every call, which cost the
 // streaming backend about a third of its time (docs/performance.md, step 2).
 // The kernel itself is compiled once per instruction set, with a register
-// block sized to each (attn/simd.hpp, simd/variant.inc), and chosen at run
+// block sized to each (attn/simd/simd.hpp, simd/variant.inc), and chosen at run
 // time. Each C element is one fused multiply-add chain over k in order,
 // then scaled once by alpha: deterministic, and at least as accurate as the
 // per-operation rounding the error bounds assume.

@@ -1,7 +1,7 @@
 #include "attn/backends/naive.hpp"
 
 #include "attn/backends/naive_kernel.hpp"
-#include "attn/instantiate.hpp"
+#include "attn/backends/instantiate.hpp"
 
 namespace attn::backends {
 

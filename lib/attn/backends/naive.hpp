@@ -3,7 +3,7 @@
 // tunables. Vaswani et al. 2017, "Attention is all you need", eq. 1.
 #pragma once
 
-#include "attn/backend.hpp"
+#include "attn/registry/backend.hpp"
 
 namespace attn::backends {
 

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attn/backend.hpp"
+#include "attn/registry/backend.hpp"
 #include "attn/backends/kernels.hpp"
 
 namespace attn::detail {

@@ -3,8 +3,8 @@
 #include "attn/backends/reference_exact.hpp"
 
 #include "attn/backends/naive_kernel.hpp"
-#include "attn/double_double.hpp"
-#include "attn/instantiate.hpp"
+#include "attn/core/double_double.hpp"
+#include "attn/backends/instantiate.hpp"
 
 namespace attn::backends {
 

@@ -4,7 +4,7 @@
 // 50-digit numbers and about 10 us per exp: for small and medium shapes.
 #pragma once
 
-#include "attn/backend.hpp"
+#include "attn/registry/backend.hpp"
 
 namespace attn::backends {
 

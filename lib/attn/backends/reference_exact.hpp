@@ -6,7 +6,7 @@
 
 #include <boost/multiprecision/cpp_bin_float.hpp>
 
-#include "attn/problem.hpp"
+#include "attn/core/problem.hpp"
 
 namespace attn::backends {
 

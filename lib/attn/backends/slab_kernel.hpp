@@ -17,7 +17,7 @@
 
 #include <string_view>
 
-#include "attn/backend.hpp"
+#include "attn/registry/backend.hpp"
 #include "attn/backends/kernels.hpp"
 
 namespace attn::detail {

@@ -4,8 +4,8 @@
 
 #include "attn/backends/kernels.hpp"
 #include "attn/backends/microkernel.hpp"
-#include "attn/parallel.hpp"
-#include "attn/instantiate.hpp"
+#include "attn/core/parallel.hpp"
+#include "attn/backends/instantiate.hpp"
 
 namespace attn::backends {
 

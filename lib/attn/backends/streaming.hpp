@@ -17,8 +17,8 @@
 // that the mask leaves whole are not masked at all.
 #pragma once
 
-#include "attn/backend.hpp"
-#include "attn/simd.hpp"
+#include "attn/registry/backend.hpp"
+#include "attn/simd/simd.hpp"
 
 namespace attn::backends {
 
@@ -44,7 +44,7 @@ struct Streaming {
   template <class S, Accumulate P>
   static std::size_t backward_workspace_bytes(const Shape& s, const Options& opt);
 
-  // Defaults: the tiles measured for the vector kernels in use (attn/simd.hpp).
+  // Defaults: the tiles measured for the vector kernels in use (attn/simd/simd.hpp).
   static std::size_t block_q(const Options& opt) { return opt.block_q ? opt.block_q : simd().block_q; }
   static std::size_t block_k(const Options& opt) { return opt.block_k ? opt.block_k : simd().block_k; }
   // The backward's: Options::block_q / block_k when set, else its own measured tiles.

@@ -1,0 +1,122 @@
+#include "attn/simd/simd.hpp"
+
+#include <cstdlib>
+
+#include "attn/core/error.hpp"
+
+namespace attn {
+
+namespace simd_kernels {
+extern const SimdKernels kernels_baseline;
+#if defined(ATTN_SIMD_AVX2)
+extern const SimdKernels kernels_avx2;
+#endif
+#if defined(ATTN_SIMD_AVX512)
+extern const SimdKernels kernels_avx512;
+#endif
+}  // namespace simd_kernels
+
+namespace {
+
+// The CPU (and OS: GCC's check includes the XSAVE state the registers need)
+// runs every feature named in `features`, a space-separated list of
+// __builtin_cpu_supports names.
+bool cpu_supports(std::string_view features) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  while (!features.empty()) {
+    const std::size_t end = std::min(features.find(' '), features.size());
+    const std::string f(features.substr(0, end));
+    // __builtin_cpu_supports needs a literal: the names this file uses.
+    bool ok = false;
+    if (f == "avx2") ok = __builtin_cpu_supports("avx2");
+    else if (f == "fma") ok = __builtin_cpu_supports("fma");
+    else if (f == "f16c") ok = __builtin_cpu_supports("f16c");
+    else if (f == "avx512f") ok = __builtin_cpu_supports("avx512f");
+    else if (f == "avx512bw") ok = __builtin_cpu_supports("avx512bw");
+    else if (f == "avx512dq") ok = __builtin_cpu_supports("avx512dq");
+    else if (f == "avx512vl") ok = __builtin_cpu_supports("avx512vl");
+    else if (f == "sse4.2") ok = __builtin_cpu_supports("sse4.2");
+    else if (f == "popcnt") ok = __builtin_cpu_supports("popcnt");
+    else if (f == "avx") ok = __builtin_cpu_supports("avx");
+    if (!ok) return false;
+    features.remove_prefix(std::min(end + 1, features.size()));
+  }
+  return true;
+#else
+  return features.empty();
+#endif
+}
+
+// What the build's baseline flags require of the CPU (x86-64 only).
+constexpr std::string_view baseline_features =
+#if defined(__x86_64__) && defined(__F16C__) && defined(__SSE4_2__) && !defined(__AVX2__)
+    "sse4.2 popcnt avx f16c";
+#else
+    "";  // a -march=native build: this machine's own flags
+#endif
+
+std::vector<SimdVariant> detect() {
+  std::vector<SimdVariant> v;
+  auto add = [&](const SimdKernels& k, std::string features) {
+    const bool ok = cpu_supports(features);
+    v.push_back({&k, ok, std::move(features)});
+  };
+#if defined(ATTN_SIMD_AVX512)
+  add(simd_kernels::kernels_avx512, "avx512f avx512bw avx512dq avx512vl fma f16c");
+#endif
+#if defined(ATTN_SIMD_AVX2)
+  add(simd_kernels::kernels_avx2, "avx2 fma f16c");
+#endif
+  // The baseline needs what the build's own flags need (meson.build).
+  add(simd_kernels::kernels_baseline, std::string(baseline_features));
+  return v;
+}
+
+struct Choice {
+  const SimdKernels* kernels = nullptr;
+  bool forced = false;
+};
+
+Choice choose() {
+  const auto& all = simd_variants();
+  const char* env = std::getenv("ATTN_SIMD");
+  if (env && *env) {
+    std::string names;
+    for (const auto& v : all) names += std::string(names.empty() ? "" : ", ") + std::string(v.kernels->id);
+    for (const auto& v : all)
+      if (v.kernels->id == env) {
+        if (!v.executable)
+          throw Error("ATTN_SIMD=" + std::string(env) + ": this CPU cannot execute the " + std::string(env) +
+                      " kernels (they need " + v.requires_ + "); compiled variants: " + names);
+        return {v.kernels, true};
+      }
+    throw Error("ATTN_SIMD=" + std::string(env) + ": no such kernel variant; compiled variants: " + names);
+  }
+  for (const auto& v : all)
+    if (v.executable) return {v.kernels, false};
+  throw Error("this CPU lacks " + all.back().requires_ +
+              ", which this build's baseline needs (meson.build: rebuild with -Dnative=true on this machine)");
+}
+
+const Choice& choice() {
+  static const Choice c = choose();
+  return c;
+}
+
+}  // namespace
+
+const std::vector<SimdVariant>& simd_variants() {
+  static const std::vector<SimdVariant> v = detect();
+  return v;
+}
+
+const SimdKernels& simd() { return *choice().kernels; }
+
+std::string simd_summary() {
+  const Choice& c = choice();
+  return std::string(c.kernels->arch) + " (" + std::string(c.kernels->id) + " variant, " +
+         (c.forced ? "forced by ATTN_SIMD" : "the widest this CPU executes") + ")";
+}
+
+}  // namespace attn

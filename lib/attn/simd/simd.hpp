@@ -1,0 +1,109 @@
+// The vector kernels, compiled once per instruction set and chosen at run
+// time: one binary runs on every x86-64 (or other) CPU and uses the widest
+// instruction set the CPU and OS execute. Each variant is the one source
+// simd/variant.inc compiled with its own flags (lib/meson.build):
+//   baseline  the build's own flags (x86-64: x86-64-v2 + F16C, i.e. AVX without
+//             FMA; -Dnative=true: this CPU)
+//   avx2      -mavx2 -mfma -mf16c                 (x86-64 only)
+//   avx512    + -mavx512f/bw/dq/vl                 (x86-64 only)
+// ATTN_SIMD=<id> forces a variant (tests run the properties on each one the
+// CPU executes); an unknown id, or one this CPU cannot execute, is an Error.
+// Only these kernels are compiled per target; everything else in the
+// library is baseline code that calls them through this table.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attn/core/precision.hpp"
+
+namespace attn {
+
+struct SimdKernels {
+  std::string_view id;    // baseline, avx2, avx512: what ATTN_SIMD takes
+  std::string_view arch;  // xsimd's name of the instruction set compiled for
+  std::size_t vector_bytes = 0;  // one vector register
+  std::size_t registers = 0;     // vector registers the target has
+  // The micro-kernel's block of C held in registers: mr rows x nv vectors
+  // (mr * nv accumulators + nv operands of B + 1 broadcast <= registers).
+  std::size_t mr = 0, nv = 0;
+  std::size_t panel = 0;  // nv * lanes: the column panel width of packed B
+  // The streaming backend's tiles measured for this variant (docs/performance.md).
+  std::size_t block_q = 0, block_k = 0;
+  // Its backward pass's tiles: P, dS and a transposed tile of B_q x B_k
+  // each stay in L2 (measured on AVX2 at B = 1, H = 8, n = 4096; docs/performance.md).
+  std::size_t backward_block_q = 0, backward_block_k = 0;
+  // Independent FMA chains of the peak probe: registers - 2 (two constants),
+  // more than FMA latency x pipes (4 x 2 on Zen 3/4/5 and Skylake).
+  std::size_t peak_chains = 0;
+
+  // C[m, n] = alpha A[m, k] B[k, n] (+ C when accumulate), row-major; each C
+  // element one FMA chain over k in order, then scaled once by alpha.
+  void (*tile_gemm)(const float* a, std::size_t lda, const float* b, std::size_t ldb, float* c, std::size_t ldc,
+                    std::size_t m, std::size_t n, std::size_t k, float alpha, bool accumulate) = nullptr;
+  // The same with B packed in column panels of `panel` columns: panel p holds
+  // columns [p panel, (p + 1) panel) as k contiguous rows (the last panel as
+  // wide as the columns left), so the kernel streams B contiguously.
+  void (*tile_gemm_packed)(const float* a, std::size_t lda, const float* bp, float* c, std::size_t ldc, std::size_t m,
+                           std::size_t n, std::size_t k, float alpha, bool accumulate) = nullptr;
+  void (*widen_bf16)(const bf16* src, std::size_t n, float* dst) = nullptr;
+  void (*widen_fp16)(const fp16* src, std::size_t n, float* dst) = nullptr;
+  // max_j s[j] (-inf for n = 0; NaN ignored as `if (s[j] > m) m = s[j]` does).
+  float (*row_max_f32)(const float* s, std::size_t n) = nullptr;
+  double (*row_max_f64)(const double* s, std::size_t n) = nullptr;
+  // s[j] = exp(s[j] - m) in place; returns their sum (lane-wise partial sums).
+  float (*exp_shifted_sum_f32)(float* s, std::size_t n, float m) = nullptr;
+  double (*exp_shifted_sum_f64)(double* s, std::size_t n, double m) = nullptr;
+  // s[j] = c tanh(s[j] / c) in place (logit soft-capping), xsimd's tanh.
+  void (*softcap_f32)(float* s, std::size_t n, float c) = nullptr;
+  void (*softcap_f64)(double* s, std::size_t n, double c) = nullptr;
+  // A decode step's products with K and V read in place (rows of a few
+  // query rows, row-major q [rows, d] and p [rows, cols]; k, v [cols, d]):
+  //   scores: s[r, j] = scale (q_r . k_j), s [rows, cols]; prefetches the
+  //           rows of K and of v [cols, d_v] a few keys ahead (v may be null)
+  //   pv:     o[r, c] += sum_j p[r, j] v[j, c], o [rows, d_v]
+  // (simd/variant.inc: their orders of operations)
+  void (*decode_scores_f32)(const float* q, std::size_t rows, const float* k, std::size_t cols, std::size_t d,
+                            float scale, float* s, const float* v, std::size_t d_v) = nullptr;
+  void (*decode_scores_bf16)(const float* q, std::size_t rows, const bf16* k, std::size_t cols, std::size_t d,
+                             float scale, float* s, const bf16* v, std::size_t d_v) = nullptr;
+  void (*decode_scores_fp16)(const float* q, std::size_t rows, const fp16* k, std::size_t cols, std::size_t d,
+                             float scale, float* s, const fp16* v, std::size_t d_v) = nullptr;
+  void (*decode_pv_f32)(const float* p, std::size_t rows, const float* v, std::size_t cols, std::size_t d_v,
+                        float* o) = nullptr;
+  void (*decode_pv_bf16)(const float* p, std::size_t rows, const bf16* v, std::size_t cols, std::size_t d_v,
+                         float* o) = nullptr;
+  void (*decode_pv_fp16)(const float* p, std::size_t rows, const fp16* v, std::size_t cols, std::size_t d_v,
+                         float* o) = nullptr;
+  // The peak probe's loop: peak_chains independent FMA chains of one vector,
+  // `iters` steps each (2 * lanes * peak_chains * iters FLOPs); returns a
+  // value that depends on every chain, so nothing is optimised away.
+  double (*fma_chains_f32)(long iters) = nullptr;
+  double (*fma_chains_f64)(long iters) = nullptr;
+
+  std::size_t lanes_f32() const { return vector_bytes / 4; }
+  std::size_t lanes_f64() const { return vector_bytes / 8; }
+};
+
+// The largest error of the soft-cap's tanh in every variant (vector and
+// scalar tail, float and double), in units of the last place of the result:
+// the bound's derivation (metrics.hpp) takes it; unit_test measures it.
+inline constexpr double softcap_tanh_ulps = 4;
+
+struct SimdVariant {
+  const SimdKernels* kernels;
+  bool executable;         // this CPU (and OS) can run it
+  std::string requires_;   // the CPU features it needs, e.g. "avx2 fma f16c"
+};
+
+// Every variant compiled into this build, widest first.
+const std::vector<SimdVariant>& simd_variants();
+// The variant in use: ATTN_SIMD's if set (Error if unknown or not executable
+// here), else the widest this CPU executes. Chosen once.
+const SimdKernels& simd();
+// "fma3+avx2 (avx2 variant, chosen from CPUID)" or "... forced by ATTN_SIMD".
+std::string simd_summary();
+
+}  // namespace attn
