@@ -1,8 +1,12 @@
 // attn-bench: Google Benchmark over backend x precision x n x d x mask x
 // threads, registered from the registry's tables through a table of series
 // (one row each: its family name, which backends by trait, which precisions
-// and points per profile). Names are stable (tools join on them; never
-// rename one):
+// and points per profile; adding a family is adding a row there). Each
+// benchmark's fields (family, role, pass, backend, storage, accumulation,
+// causal, threads, shape, variant: fields_of) are written beside it as "attn"
+// in --benchmark_out's JSON and in --list-plan's lines, with the families in
+// the context ("attn_families"): tools read those, never the names. Names are
+// stable all the same (history and comparisons join on them; never rename one):
 //   attn/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>
 //   attn/<backend>/<precision>/causal:<0|1>/threads:<t>/n_q:<n_q>/n_kv:<n_kv>/d:<d>
 //   attn_cold/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>   (allocation and first touch included)
@@ -60,8 +64,8 @@ struct Profile {
   // Extra fp32, non-causal, 1-thread points for the scaling report:
   // n at d_other, and d at n_other.
   std::vector<std::size_t> scaling_n = {}, scaling_d = {};
-  std::vector<bool> causal;
-  bool all_precisions_everywhere;           // else fp32 everywhere, others at n_other only
+  std::vector<bool> causal = {false, true};
+  bool all_precisions_everywhere = true;    // else fp32 everywhere, others at n_other only
   std::size_t n_other = 1024, d_other = 64;  // where the non-fp32 precisions run in a reduced profile
   std::size_t thread_n = 4096;              // where threads:2 runs in a reduced profile
   // Backends with memory independent of n, fp32, d_other: the n series of their peak-heap counter.
@@ -85,12 +89,27 @@ struct Profile {
 };
 
 Profile profile(const std::string& name) {
-  if (name == "full")
-    return {{128, 256, 512, 1024, 2048, 4096, 8192, 16384}, {32, 64, 128, 256}, {1024, 4096, 16384, 65536}, {}, {},
-            {false, true}, true, 1024, 64, 4096, {}, 4096, {1024, 4096}, {256, 1024, 4096, 16384}, {256, 1024, 4096},
-            4096, 128, {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072}};
+  if (name == "full") {
+    Profile p;
+    p.n = {128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+    p.d = {32, 64, 128, 256};
+    p.cross_n_kv = {1024, 4096, 16384, 65536};
+    p.h8_n = 4096;
+    p.bwd_n = {1024, 4096};
+    p.bwd_memory_n = {256, 1024, 4096, 16384};
+    p.bwd_gemm_memory_n = {256, 1024, 4096};
+    p.var_n = 4096;
+    p.decode_n_kv = {1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
+    return p;
+  }
   if (name == "quick") {
-    Profile p{{1024, 4096}, {64, 128}, {4096, 65536}, {256, 512, 2048}, {32, 256}, {false, true}, false};
+    Profile p;
+    p.n = {1024, 4096};
+    p.d = {64, 128};
+    p.cross_n_kv = {4096, 65536};
+    p.scaling_n = {256, 512, 2048};
+    p.scaling_d = {32, 256};
+    p.all_precisions_everywhere = false;
     p.memory_n = {8192, 16384};
     p.h8_n = 4096;
     p.bwd_memory_n = {256, 1024, 4096, 16384};
@@ -105,7 +124,10 @@ Profile profile(const std::string& name) {
     return p;
   }
   if (name == "smoke") {
-    Profile p{{128}, {32}, {256}, {}, {}, {false, true}, true};
+    Profile p;
+    p.n = {128};
+    p.d = {32};
+    p.cross_n_kv = {256};
     p.n_other = 128;
     p.d_other = 32;
     p.thread_n = 128;
@@ -148,6 +170,7 @@ enum class Pass { forward, backward, forward_backward };
 // A series of benchmarks: one row of the table below.
 struct Series {
   std::string_view family;  // the first part of every name
+  std::string_view role;    // this row's part of the family (the benchmark's "role" field)
   std::string_view what;    // for the reader of this table
   bool cold = false;        // allocation and first touch inside the timing, on purpose
   std::function<bool(const BackendTraits&)> backends;
@@ -157,7 +180,7 @@ struct Series {
 
 const std::vector<Series>& series() {
   static const std::vector<Series> table = {
-      {"attn", "the grid: n x d x mask, fp32 everywhere, other precisions at (n_other, d_other) in reduced profiles",
+      {"attn", "grid", "the grid: n x d x mask, fp32 everywhere, other precisions at (n_other, d_other) in reduced profiles",
        false, [](const BackendTraits&) { return true; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          std::vector<Point> pts;
@@ -169,7 +192,7 @@ const std::vector<Series>& series() {
            }
          return pts;
        }},
-      {"attn",
+      {"attn", "threads",
        "two threads, at thread_n and d_other (fp32 in reduced profiles); backends with their own threads also at "
        "every n x d of the grid without a mask (fp32), so a plugin's two-thread speed is beside theirs",
        false, [](const BackendTraits& t) { return t.uses_blas || t.own_threads; },
@@ -184,7 +207,7 @@ const std::vector<Series>& series() {
              }
          return pts;
        }},
-      {"attn", "the memory series: n beyond the grid for backends whose memory is independent of n", false,
+      {"attn", "memory", "the memory series: n beyond the grid for backends whose memory is independent of n", false,
        [](const BackendTraits& t) { return t.memory_independent_of_n; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          std::vector<Point> pts;
@@ -193,7 +216,7 @@ const std::vector<Series>& series() {
            for (std::size_t n : prof.memory_n) pts.push_back({square(n, prof.d_other), false, 1, false, "", prof.n.back()});
          return pts;
        }},
-      {"attn", "the scaling report's extra n (at d_other) and d (at n_other), fp32", false,
+      {"attn", "scaling", "the scaling report's extra n (at d_other) and d (at n_other), fp32", false,
        [](const BackendTraits&) { return true; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          std::vector<Point> pts;
@@ -202,7 +225,7 @@ const std::vector<Series>& series() {
          for (std::size_t d : prof.scaling_d) pts.push_back({square(prof.n_other, d)});
          return pts;
        }},
-      {"attn", "cross-attention: 64 queries over n_kv keys", false, [](const BackendTraits&) { return true; },
+      {"attn", "cross", "cross-attention: 64 queries over n_kv keys", false, [](const BackendTraits&) { return true; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          std::vector<Point> pts;
          if (everywhere(prof, p))
@@ -210,14 +233,14 @@ const std::vector<Series>& series() {
              pts.push_back({{1, 1, 64, n_kv, prof.d_other, prof.d_other}, false, 1, true});
          return pts;
        }},
-      {"attn_cold", "one cold call: the workspace allocated and first touched inside the timing (not plugins: their "
+      {"attn_cold", "cold", "one cold call: the workspace allocated and first touched inside the timing (not plugins: their "
        "memory is their own)", true,
        [](const BackendTraits& t) { return !t.plugin; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          const std::size_t n = std::min<std::size_t>(prof.n.back(), 4096);
          return everywhere(prof, p) ? std::vector<Point>{{square(n, prof.d_other)}} : std::vector<Point>{};
        }},
-      {"attn_h8",
+      {"attn_h8", "targets",
        "the performance targets, B = 1, H = 8: every backend but the baseline and the exact one in fp32; the fused "
        "ones (own threads) also causal, on two threads, and in the narrow precisions",
        false, [](const BackendTraits& t) { return !t.baseline && !t.exact; },
@@ -238,7 +261,7 @@ const std::vector<Series>& series() {
          }
          return pts;
        }},
-      {"attn_bwd",
+      {"attn_bwd", "backward",
        "the backward pass, B = 1, H = 8 at bwd_n: every backend with one but the baseline and the exact one in fp32 "
        "(the fused ones only where the profile has no bwd_gemm); "
        "the fused ones also causal, on two threads and in the narrow precisions at h8_n",
@@ -258,7 +281,7 @@ const std::vector<Series>& series() {
          return pts;
        },
        Pass::backward},
-      {"attn_bwd_mem", "the backward's memory series: B = H = 1, fp32, d_other, the fused and the GEMM backends", false,
+      {"attn_bwd_mem", "backward-memory", "the backward's memory series: B = H = 1, fp32, d_other, the fused and the GEMM backends", false,
        [](const BackendTraits& t) { return !t.baseline && !t.exact; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
          std::vector<Point> pts;
@@ -269,7 +292,7 @@ const std::vector<Series>& series() {
          return pts;
        },
        Pass::backward},
-      {"attn_var",
+      {"attn_var", "variants",
        "the variants at var_n, var_d, causal, B = 1: softcap, sinks, alibi, documents and plain at H = 8, gqa (H_kv = 8) "
        "and mha at H = 32; fp32, the fused backend (own threads) also bf16; every other backend but the baseline and "
        "the exact one at n = 1024, d = 64 (not plugins: the variants are this suite's kernels' study)",
@@ -289,7 +312,7 @@ const std::vector<Series>& series() {
          if (is_fp32(p)) add(std::min<std::size_t>(prof.var_n, 1024), std::min<std::size_t>(prof.var_d, 64));
          return pts;
        }},
-      {"attn_decode",
+      {"attn_decode", "decode",
        "decode steps: n_q = 1 over decode_n_kv keys, H = 32, H_kv = 8, d = 128; the fused backend in fp32, bf16 and "
        "fp16 on 1 and 2 threads, every other backend but the baseline, the exact one and plugins in fp32 on 1",
        false, [](const BackendTraits& t) { return !t.baseline && !t.exact && !t.plugin; },
@@ -302,7 +325,7 @@ const std::vector<Series>& series() {
              if (threads == 1 || t.own_threads) pts.push_back({{1, 32, 1, n_kv, d, d, 8}, false, threads, true, "decode", 8192});
          return pts;
        }},
-      {"attn_fwdbwd", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n (profiles with "
+      {"attn_fwdbwd", "training-step", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n (profiles with "
        "fwdbwd)", false,
        [](const BackendTraits& t) { return !t.baseline && !t.exact; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
@@ -555,6 +578,8 @@ struct Sampling {
 
 // The samples of every benchmark that ran adaptively, by name, one list per run of it (repetition).
 std::map<std::string, std::vector<std::vector<double>>> recorded_samples;
+// Each registered benchmark's schema fields (fields_of), by name (the first series that names a point owns it).
+std::map<std::string, Json> benchmark_fields;
 
 template <class TimedCall>
 std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_call, double warm, bool cold,
@@ -579,16 +604,18 @@ std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_cal
 // Adds each adaptive benchmark's samples to the --benchmark_out JSON (a "samples" list per iteration row, in
 // the order its repetitions ran), rewritten atomically: the reports' intervals and attn-lab compare's tests
 // are over them (scripts/runs.py samples_of).
-void attach_samples(const std::string& path) {
+// --benchmark_out's JSON completed: each benchmark's schema fields ("attn") and, with --adaptive, its samples.
+void annotate_output(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw Error("--benchmark_out: cannot read '" + path + "' back to add the samples");
+  if (!f) throw Error("--benchmark_out: cannot read '" + path + "' back to add each benchmark's fields");
   Json doc = Json::parse(f, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.contains("benchmarks"))
     throw Error("--benchmark_out: '" + path + "' is not Google Benchmark JSON (was --benchmark_out_format json?)");
   std::map<std::string, std::size_t> taken;
   for (Json& b : doc["benchmarks"]) {
-    if (b.value("run_type", "iteration") != "iteration") continue;
     const std::string name = b.value("run_name", b.value("name", ""));
+    if (auto fields = benchmark_fields.find(name); fields != benchmark_fields.end()) b["attn"] = fields->second;
+    if (b.value("run_type", "iteration") != "iteration") continue;
     auto it = recorded_samples.find(name);
     if (it == recorded_samples.end()) continue;
     std::size_t& i = taken[name];
@@ -703,14 +730,17 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   // What the benchmark cost besides its timed calls (the sweep's cost model is fitted on it).
   state.counters["prepare_seconds"] = prep.seconds;
   if (sampling.adaptive()) {
-    // The samples themselves go into --benchmark_out's JSON (attach_samples); here their count and the
+    // The samples themselves go into --benchmark_out's JSON (annotate_output); here their count and the
     // interval's width relative to the median (0 when fewer than six samples give no interval).
     state.counters["sample_count"] = double(samples.size());
     state.counters["interval_relative_width"] =
         interval ? (interval->second - interval->first) / median(samples) : 0.0;
     recorded_samples[key].push_back(std::move(samples));
   }
-  if (prep.acc != p.default_accumulate) state.SetLabel("accumulate " + std::string(accumulate_name(prep.acc)));
+  if (prep.acc != p.default_accumulate) {
+    state.SetLabel("accumulate " + std::string(accumulate_name(prep.acc)));
+    benchmark_fields[key]["accumulation"] = accumulate_name(prep.acc);
+  }
 }
 
 std::string name_of(std::string_view family, std::string_view backend, std::string_view precision, const Point& pt) {
@@ -728,9 +758,29 @@ std::string name_of(std::string_view family, std::string_view backend, std::stri
   return name;
 }
 
+std::string_view pass_name(Pass pass) {
+  return pass == Pass::forward ? "forward" : pass == Pass::backward ? "backward" : "forward_backward";
+}
+
+// The benchmark schema (version schema_version): what each benchmark is, as fields, so that no tool parses
+// names. attn-bench writes them as "attn" beside each benchmark in --benchmark_out's JSON and in each
+// --list-plan line; "accumulation" is the policy the benchmark ran (a plugin's own where it lacks the
+// precision's default), "variant" is attn_var's (plain, gqa, mha, softcap, sinks, alibi, documents),
+// "decode" for attn_decode, "" elsewhere.
+constexpr int schema_version = 2;
+Json fields_of(const Series& s, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
+  const Shape& sh = pt.shape;
+  return {{"family", s.family},   {"role", s.role},         {"pass", pass_name(s.pass)},
+          {"backend", b.name},    {"storage", p.name},      {"accumulation", accumulate_name(p.default_accumulate)},
+          {"causal", pt.causal},  {"threads", pt.threads},  {"batch", sh.batch},
+          {"heads", sh.heads},    {"kv_heads", sh.kv_head_count()}, {"n_q", sh.n_q},
+          {"n_kv", sh.n_kv},      {"d_k", sh.d_k},          {"d_v", sh.d_v},
+          {"variant", pt.variant}, {"cold", s.cold},        {"plugin", b.traits.plugin}};
+}
+
 // What scripts/run --plan needs of one benchmark (attn-bench --list-plan, one JSON line each): its name and
 // what its cost model (backend.hpp's flops, reference_cost) says of the timed call and of its verification.
-Json plan_entry(const std::string& name, std::string_view family, const BackendInfo& b, const PrecisionInfo& p,
+Json plan_entry(const std::string& name, const Json& fields, const BackendInfo& b, const PrecisionInfo& p,
                 const Point& pt, Pass pass) {
   const Shape& s = pt.shape;
   const double fwd = flops(s, pt.causal);
@@ -741,17 +791,12 @@ Json plan_entry(const std::string& name, std::string_view family, const BackendI
   Shape checked = pass == Pass::forward ? verified_shape(pt) : s;
   if (pass != Pass::forward) checked.heads = 1, checked.n_q = checked.n_kv = std::min<std::size_t>(s.n_q, 1024);
   return {{"name", name},
-          {"family", family},
-          {"backend", b.name},
-          {"precision", p.name},
-          {"pass", pass == Pass::forward ? "forward" : pass == Pass::backward ? "backward" : "forward_backward"},
-          {"threads", pt.threads},
+          {"attn", fields},
           {"flops", pass == Pass::forward ? fwd : pass == Pass::backward ? backward_flops(s, pt.causal)
                                                                          : fwd + backward_flops(s, pt.causal)},
           {"verify_flops", flops(checked, pt.causal) * (pass == Pass::forward ? 1 : 3.5)},
           {"verify_reference_cost", backends::reference_cost(checked) * (pass == Pass::forward ? 1 : 2.5)},
           {"reference_budget", backends::reference_budget},
-          {"plugin", b.traits.plugin},
           {"supported", supported}};
 }
 
@@ -771,7 +816,8 @@ void register_all(const Profile& prof) {
           if (b.traits.exact && backends::reference_cost(pt.shape) > backends::reference_budget) continue;
           const std::string name = name_of(s.family, b.name, p.name, pt);
           if (!names.insert(name).second) continue;  // two series may share a point
-          if (list_plan) std::printf("%s\n", dump(plan_entry(name, s.family, b, p, pt, s.pass)).c_str());
+          benchmark_fields[name] = fields_of(s, b, p, pt);
+          if (list_plan) std::printf("%s\n", dump(plan_entry(name, benchmark_fields[name], b, p, pt, s.pass)).c_str());
           if (list_plan || (!only_names.empty() && !only_names.count(name))) continue;
           const bool cold = s.cold;
           const Pass pass = s.pass;
@@ -794,7 +840,8 @@ int main(int argc, char** argv) {
   std::string profile_name = "quick";
   std::vector<std::string> plugins;  // --plugin PATH, repeatable: kernels of plugin libraries as backends
   std::string names_file;         // --names FILE: one benchmark name per line, only these run
-  std::string out_path;           // --benchmark_out=FILE: the adaptive samples are added to it
+  std::string out_path;           // --benchmark_out=FILE: each benchmark's fields (and adaptive samples) added to it
+  std::string out_format = "json";  // --benchmark_out_format (only JSON is completed)
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -823,6 +870,9 @@ int main(int argc, char** argv) {
         return 2;
       }
       sampling.max_samples = std::size_t(m);
+    } else if (a.rfind("--benchmark_out_format=", 0) == 0) {
+      out_format = a.substr(std::strlen("--benchmark_out_format="));
+      rest.push_back(argv[i]);
     } else if (a.rfind("--benchmark_out=", 0) == 0) {
       out_path = a.substr(std::strlen("--benchmark_out="));
       rest.push_back(argv[i]);
@@ -894,6 +944,11 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 2;
   benchmark::AddCustomContext("attn_profile", profile_name);
+  // The schema's version and every family of the series table: a reader refuses a family not listed here.
+  benchmark::AddCustomContext("attn_schema", std::to_string(schema_version));
+  attn::Json families = attn::Json::object();
+  for (const Series& s : series()) families[std::string(s.family)] = pass_name(s.pass);
+  benchmark::AddCustomContext("attn_families", attn::dump(families));
   benchmark::AddCustomContext("blas", attn::blas_info());
   benchmark::AddCustomContext("simd", attn::simd_summary());  // the vector kernels every backend ran
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
@@ -910,9 +965,9 @@ int main(int argc, char** argv) {
                                                   : "off");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  if (sampling.adaptive() && !out_path.empty()) {
+  if (!out_path.empty() && out_format == "json") {
     try {
-      attach_samples(out_path);
+      annotate_output(out_path);
     } catch (const attn::Error& e) {
       std::fprintf(stderr, "attn-bench: %s\n", e.what());
       return 2;
