@@ -603,7 +603,7 @@ std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_cal
 
 // Adds each adaptive benchmark's samples to the --benchmark_out JSON (a "samples" list per iteration row, in
 // the order its repetitions ran), rewritten atomically: the reports' intervals and attn-lab compare's tests
-// are over them (scripts/runs.py samples_of).
+// are over them (python/attention_lab/runs.py samples_of).
 // --benchmark_out's JSON completed: each benchmark's schema fields ("attn") and, with --adaptive, its samples.
 void annotate_output(const std::string& path) {
   std::ifstream f(path);

@@ -50,18 +50,18 @@ attn_build_asan() {
   else  # (--reconfigure reads meson_options.txt again: `meson configure` refuses an option added since)
     meson setup --reconfigure build-asan "${ATTN_ASAN_RC[@]}"
   fi
-  meson compile -C build-asan proptests/unit_test proptests/golden_test proptests/agreement_test proptests/props \
+  meson compile -C build-asan tests/cpp/unit_test tests/cpp/golden_test tests/cpp/agreement_test tests/cpp/props \
     tools/attn-lab
 }
 
-# The ThreadSanitizer build: the workers' test alone (proptests/threads_test.cpp: every
+# The ThreadSanitizer build: the workers' test alone (tests/cpp/threads_test.cpp: every
 # backend with threads of its own, forward and backward, 2 and 3 workers), -O1 -g1.
 # About 40 s of build on 2 cores with a cold ccache and 1 s of run, measured.
 attn_build_tsan() {
   if [ ! -f build-tsan/build.ninja ]; then
     meson setup build-tsan -Db_sanitize=thread --buildtype=plain -Doptimization=1 -Dcpp_args=-g1
   fi
-  meson compile -C build-tsan proptests/threads_test
+  meson compile -C build-tsan tests/cpp/threads_test
 }
 
 # The libFuzzer targets: a clang build directory of the fuzz targets only.

@@ -28,14 +28,14 @@ struct Command {
 // The table, in the order `attn-lab --help` lists it.
 const std::vector<Command>& commands();
 
-// Commands written in Python (scripts/NAME.py, the statistics and plots of
-// SciPy and matplotlib): attn-lab runs /usr/bin/python3 on the script with
-// the command's arguments unchanged; the script parses them and has its own
-// --help.
+// Commands written in Python (the tooling package python/attention_lab: the
+// statistics and plots of SciPy and matplotlib): attn-lab runs
+// `/usr/bin/python3 -m MODULE` with the command's arguments unchanged and the
+// package on PYTHONPATH; the module parses them and has its own --help.
 struct ScriptCommand {
   std::string_view name;
   std::string_view summary;  // its lines in `attn-lab --help`
-  std::string_view script;   // under the source tree's scripts/ (ATTN_SCRIPTS_DIR)
+  std::string_view module;   // e.g. attention_lab.compare (under ATTN_PYTHON_DIR, the source tree's python/)
 };
 const std::vector<ScriptCommand>& script_commands();
 

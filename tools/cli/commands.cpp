@@ -18,11 +18,11 @@ const std::vector<ScriptCommand>& script_commands() {
       {"compare",
        "  attn-lab compare A B [--out DIR] [--fail-on-regression PCT] [--across-machines]\n"
        "      two runs benchmark by benchmark: ratio with its interval, Mann-Whitney U, Holm\n",
-       "compare.py"},
+       "attention_lab.compare"},
       {"history",
        "  attn-lab history [--benchmark REGEX] [--machine FP] | attn-lab history append RUN...\n"
        "      every run's results across commits and machines (reports/history.sqlite)\n",
-       "history.py"},
+       "attention_lab.history"},
   };
   return table;
 }

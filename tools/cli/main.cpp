@@ -63,10 +63,15 @@ int dispatch(int argc, char** argv) {
   }
   for (const ScriptCommand& c : script_commands()) {
     if (c.name != name) continue;
-    const std::string script = std::string(ATTN_SCRIPTS_DIR) + "/" + std::string(c.script);
-    if (!std::filesystem::exists(script))
-      throw Error("'" + name + "' runs " + script + ", which is missing (attn-lab runs from its source tree)");
-    std::vector<char*> args = {const_cast<char*>("/usr/bin/python3"), const_cast<char*>(script.c_str())};
+    const std::string module(c.module), dir = ATTN_PYTHON_DIR;
+    if (!std::filesystem::exists(dir + "/attention_lab"))
+      throw Error("'" + name + "' runs the Python module " + module + " from " + dir +
+                  ", which is missing (attn-lab runs from its source tree)");
+    const char* old_path = std::getenv("PYTHONPATH");
+    const std::string path = old_path && *old_path ? dir + ":" + old_path : dir;
+    ::setenv("PYTHONPATH", path.c_str(), 1);
+    std::vector<char*> args = {const_cast<char*>("/usr/bin/python3"), const_cast<char*>("-m"),
+                               const_cast<char*>(module.c_str())};
     for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     std::fflush(stdout);

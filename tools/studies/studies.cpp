@@ -112,7 +112,7 @@ Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress
                {"not_supported", Json::array()}, {"problem_seconds", Json::array()}};
   auto problem_start = start;
   for (std::size_t p = 0; p < problems.size(); ++p) {
-    if (p > 0) {  // the previous problem's wall time: what scripts/sweep.py calibrate fits its cost model to
+    if (p > 0) {  // the previous problem's wall time: what python/attention_lab/sweep.py calibrate fits its cost model to
       const auto now = std::chrono::steady_clock::now();
       json["problem_seconds"].push_back({{"problem", problems[p - 1].index},
                                          {"seconds", std::chrono::duration<double>(now - problem_start).count()}});

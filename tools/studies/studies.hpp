@@ -1,6 +1,6 @@
 // The sweeps behind the reports: accuracy of every backend x precision x
 // accumulation against the ground truth, and the E7 entropy study. Each
-// writes JSON that scripts/report.py reads; progress goes to a callback.
+// writes JSON that python/attention_lab/reports reads; progress goes to a callback.
 #pragma once
 
 #include <functional>
@@ -71,7 +71,7 @@ double median(std::vector<double> xs);
 // statistics: the k-th smallest and k-th largest with the largest k whose
 // coverage 1 - 2 P(Binomial(n, 1/2) < k) is at least `level`; nullopt below
 // six samples (where even (min, max) covers less than 95%). The same rule as
-// scripts/stats.py's median_ci, which the reports use: here it is attn-bench's
+// python/attention_lab/stats.py's median_ci, which the reports use: here it is attn-bench's
 // stopping rule for adaptive sampling, so the C++ side needs its own copy.
 std::optional<std::pair<double, double>> median_interval(std::vector<double> xs, double level = 0.95);
 
@@ -79,7 +79,7 @@ std::optional<std::pair<double, double>> median_interval(std::vector<double> xs,
 // percentile-bootstrap interval: each sample resampled independently
 // `bootstrap_resamples` times from a fixed seed (the same timings give the
 // same interval), quantiles as NumPy's. The one bootstrap of the suite: the
-// same level, resamples and quantile rule as scripts/stats.py's ratio_ci,
+// same level, resamples and quantile rule as python/attention_lab/stats.py's ratio_ci,
 // which the reports use (test_compare.py reads these constants and checks they agree); the
 // claims' timing criteria need it in C++.
 constexpr double interval_level = 0.95;

@@ -1,6 +1,6 @@
 // The 50-digit reference's values before their rounding to double, for the
 // checks that need more digits than a double holds (the finite-difference
-// proof of the backward formulas, proptests/backward_test.cpp). Apart from
+// proof of the backward formulas, tests/cpp/backward_test.cpp). Apart from
 // reference.hpp so that only those checks include Boost.Multiprecision.
 #pragma once
 

@@ -1,0 +1,213 @@
+"""What every report shares: its inputs, its one error type, the loader, figures, rates and their intervals against the targets."""
+
+import json
+import math
+import os
+
+import matplotlib.pyplot as plt
+
+from attention_lab import ROOT, bench as bench_json, io
+from attention_lab import stats
+
+INPUTS = ["peak.json", "bench.json", "build.json"]
+
+# Inputs a sweep's merge may lack when the shard that ran them did not complete: each report needing one says
+# so in its place (the index names the shard).
+SWEEP_INPUTS = ["accuracy.json", "entropy.json", "claims.json"]
+
+# Optional inputs of index.html (python/attention_lab/reports/html_page.py collect writes them).
+PAGE_INPUTS = ["heatmaps.json", "explorer.json"]
+
+# Optional inputs of the reports: attn-lab verify's verdicts (a list), when scripts/run verified plugins.
+OPTIONAL_INPUTS = ["verdicts.json"]
+
+
+def target_bounds():
+    """The performance targets' bounds and rationales (bench/targets.json: one entry per target)."""
+    return io.load_json(os.path.join(ROOT, "bench", "targets.json"), ReportError, "bench/targets.json")["targets"]
+
+
+class ReportError(Exception):
+    """An input the report cannot be made from: one line, naming the file."""
+
+
+def load(data_dir, name):
+    return io.load_json(os.path.join(data_dir, name), ReportError, name)
+
+
+def require(obj, keys, where):
+    for k in keys:
+        if k not in obj:
+            raise ReportError(f"{where}: missing field '{k}'")
+
+
+def fit_exponent(xs, ys):
+    """Least-squares slope of log y against log x."""
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y > 0]
+    if len(pts) < 2:
+        return float("nan")
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx > 0 else float("nan")
+
+
+def savefig(fig, folder, name):
+    fig.tight_layout()
+    fig.savefig(os.path.join(folder, name), format="svg")
+    plt.close(fig)
+    return name
+
+
+def fmt_bytes(b):
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(b) < 1024 or unit == "GiB":
+            return f"{b:.1f} {unit}" if unit != "B" else f"{int(b)} B"
+        b /= 1024
+
+
+def bench_rows(bench):
+    """attention_lab.bench's rows of bench.json, its errors as ReportError."""
+    return bench_json.rows(bench, "bench.json", ReportError)
+
+
+def rate_estimate(r):
+    """A row's GFLOP/s from its median sample, with the interval its repetitions give
+    (stats.median_ci; None with fewer than six): {"value", "interval"}, or None without the row."""
+    if not r:
+        return None
+    ci = stats.median_ci(r["samples"])
+    g = lambda s: r["flop_per_call"] / s / 1e9  # noqa: E731
+    return {"value": g(stats.median(r["samples"])), "interval": ci and (g(ci[1]), g(ci[0]))}
+
+
+def time_ratio(num, den):
+    """median time of num over den's, with its bootstrap interval (stats.ratio_ci); None without both rows.
+    The rate of A over B is time_ratio(B, A)."""
+    if not (num and den):
+        return None
+    v, ci = stats.ratio_ci(num["samples"], den["samples"])
+    return {"value": v, "interval": ci}
+
+
+def scaled(est, k):
+    """An estimate divided by a constant (a measured peak): its interval too."""
+    if not est or not k:
+        return None
+    return {"value": est["value"] / k, "interval": est["interval"] and (est["interval"][0] / k, est["interval"][1] / k)}
+
+
+class Targets:
+    """The target table: each target's measured value, its interval, the requirement and a verdict that
+    noise cannot flip: met when `ok` holds at both ends of the interval, MISSED when at neither, "within noise"
+    when the interval straddles the requirement. Timing estimates carry an interval; deterministic figures
+    (memory, fitted exponents) are plain numbers and say so."""
+
+    def __init__(self):
+        self.rows = []
+
+    def __call__(self, what, est, need, fmt, ok):
+        if est is None or (isinstance(est, dict) and est["value"] is None):
+            self.rows.append((what, "not measured", "", need, "-"))
+            return
+        value, iv = (est["value"], est["interval"]) if isinstance(est, dict) else (est, "deterministic")
+        shown = fmt(value)
+        if shown.startswith("INSTRUMENT ERROR"):
+            verdict, iv_shown = "instrument error", ""
+        elif iv == "deterministic":
+            verdict, iv_shown = ("met" if ok(value) else "MISSED"), "deterministic"
+        elif iv is None:
+            verdict, iv_shown = ("met" if ok(value) else "MISSED") + " (point estimate)", "none: fewer than 6 repetitions"
+        else:
+            a, b = ok(iv[0]), ok(iv[1])
+            verdict = "met" if a and b else "MISSED" if not (a or b) else "within noise"
+            iv_shown = f"{fmt(iv[0])} ... {fmt(iv[1])}"
+        self.rows.append((what, shown, iv_shown, need, verdict))
+
+    def table(self):
+        return (["| target | measured (median) | 95% interval | required | verdict |", "|---|---:|---:|---:|---|"]
+                + [f"| {w} | {v} | {i} | {n} | {k} |" for w, v, i, n, k in self.rows])
+
+
+def series(rows, x, **fixed):
+    """{backend: [(x, row)]} over rows matching `fixed`, sorted by x."""
+    out = {}
+    for r in rows:
+        if r.get("family") != "attn" or "n" not in r or any(r.get(k) != v for k, v in fixed.items()):
+            continue
+        out.setdefault(r["backend"], []).append((r[x], r))
+    return {b: sorted(v, key=lambda t: t[0]) for b, v in out.items()}
+
+
+def loglog_fits(folder, name, data, xlabel, ylabel, title):
+    """One log-log line per backend from {backend: [(x, y)]}, labelled with
+    its fitted exponent; returns (figure file, {backend: exponent})."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fits = {}
+    for b, pts in sorted(data.items()):
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        fits[b] = fit_exponent(xs, ys)
+        ax.loglog(xs, ys, "o-", label=f"{b} (exponent {fits[b]:.2f})")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return savefig(fig, folder, name), fits
+
+
+def of_peak(gflops, peak_gflops):
+    """A rate as a percentage of the peak it must stay under; a rate above it
+    means the peak probe (the instrument) is wrong, and is said so instead of
+    printing a fraction above 100%."""
+    if gflops > peak_gflops:
+        return f"INSTRUMENT ERROR: {gflops:.1f} above the measured peak {peak_gflops:.1f}"
+    return f"{100 * gflops / peak_gflops:.0f}%"
+
+
+def widest(rows, x, key, **fixed):
+    """The value of `key` whose series over `x` (rows matching `fixed`) has the
+    most points: the quick profile's d = 64 for the n series, n = 1024 for the
+    d series; whatever the profile measured otherwise (None: no rows)."""
+    xs = {}
+    for r in rows:
+        if r.get("family") == "attn" and key in r and x in r and all(r.get(k) == v for k, v in fixed.items()):
+            xs.setdefault(r[key], set()).add(r[x])
+    return max(sorted(xs), key=lambda v: len(xs[v])) if xs else None
+
+
+def backward_series(rows):
+    """{backend: [(n, row)]} of the backward's memory series (attn_bwd_mem), sorted by n."""
+    out = {}
+    for r in rows:
+        if r["family"] == "attn_bwd_mem" and "n" in r:
+            out.setdefault(r["backend"], []).append((r["n"], r))
+    return {b: sorted(v, key=lambda t: t[0]) for b, v in out.items()}
+
+
+def backends_with(bench, **traits):
+    """The backends whose traits (attn-bench's context "backend_traits") have these values, in registry order."""
+    table = json.loads(bench["context"]["backend_traits"])
+    return [b for b, t in table.items() if all(t.get(k) == v for k, v in traits.items())]
+
+# PyTorch's math attention, the peer of the performance targets: the torch
+# plugin's kernel (plugins/torch), timed by attn-bench beside ours.
+TORCH_MATH = "torch-math"
+
+DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "e4m3": "fp32", "e5m2": "fp32"}
+
+
+def spread_ms(r):
+    """'median (p10 to p90)' of one benchmark's calls, in ms (attn-bench's per-call counters)."""
+    if r.get("seconds_median") is None:
+        return f"{1e3 * r['seconds_per_call']:.3g} (mean; no per-call spread recorded)"
+    if r.get("seconds_p10") is None or r.get("seconds_p90") is None:
+        return f"{1e3 * r['seconds_median']:.3g}"
+    return f"{1e3 * r['seconds_median']:.3g} ({1e3 * r['seconds_p10']:.3g} to {1e3 * r['seconds_p90']:.3g})"
+
+
+def fmt_or_nan(x):
+    return "n/a" if x is None else f"{x:.2g}"
+
+
+def median_seconds(r):
+    return r.get("seconds_median") or r["seconds_per_call"]

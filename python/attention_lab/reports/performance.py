@@ -1,0 +1,205 @@
+"""The performance report: each backend against the measured peak, the targets (bench/targets.json), the backward pass."""
+
+import matplotlib.pyplot as plt
+
+from attention_lab import stats
+from attention_lab.reports.common import ReportError, TORCH_MATH, Targets, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, savefig, scaled, time_ratio
+
+
+def performance_report(rows, peak, bench, folder):
+    """The roofline (GFLOP/s of every backend x precision against n, with the
+    measured peaks drawn) and the performance targets, each measured in this
+    run, PyTorch's math attention (the torch plugin) among them. The targets
+    name backends by trait: the fused one runs its own threads with memory
+    independent of n; the BLAS ones leave threads to OpenBLAS."""
+    fused_all = backends_with(bench, own_threads=True, memory_independent_of_n=True)
+    if not fused_all:
+        raise ReportError("bench.json: no backend with its own threads and memory independent of n")
+    fused = fused_all[0]
+    blas = backends_with(bench, uses_blas=True, own_threads=False, exact=False)
+    fp32_peak, sgemm = peak["fp32_fma_gflops_core"], peak["sgemm_gflops_2048"]
+    att = {d: peak.get(f"sgemm_attention_gflops_d{d}") for d in (64, 128)}
+    fig, ax = plt.subplots(figsize=(7.2, 4.8))
+    curves = {}
+    for r in rows:
+        if (r["family"] == "attn" and "n" in r and r["causal"] == 0 and r["threads"] == 1 and r["d"] == 64
+                and r["backend"] not in backends_with(bench, plugin=True)):
+            curves.setdefault((r["backend"], r["precision"]), []).append((r["n"], r["FLOP/s"] / 1e9))
+    for (b, p), pts in sorted(curves.items()):
+        pts.sort()
+        ax.loglog([x for x, _ in pts], [y for _, y in pts], "o-" if p == "fp32" else "s:", ms=4, label=f"{b} {p}")
+    ax.axhline(fp32_peak, color="k", lw=1.2, label=f"fp32 FMA peak, 1 thread ({fp32_peak:.0f})")
+    ax.axhline(sgemm, color="k", ls="--", lw=0.9, label=f"SGEMM n = 2048, 1 thread ({sgemm:.0f})")
+    if att[64]:
+        ax.axhline(att[64], color="grey", ls=":", lw=0.9, label=f"attention GEMMs n = 4096, d = 64 ({att[64]:.0f})")
+    ax.set_xlabel("n (n_q = n_kv), d = 64, B = H = 1, no mask, 1 thread")
+    ax.set_ylabel("GFLOP/s (4 n^2 d)")
+    ax.set_title("roofline: each backend x precision against this run's measured peaks")
+    ax.legend(fontsize=6, ncol=2)
+    f1 = savefig(fig, folder, "roofline_precisions.svg")
+
+    h8 = {(r["backend"], r["precision"], r["causal"], r["threads"], r["d"]): r for r in rows if r["family"] == "attn_h8"}
+    lines = ["# Performance", "", f"![roofline]({f1})", "",
+             f"Peaks measured by `attn-lab peak` in this run: fp32 FMA {fp32_peak:.1f} GFLOP/s on one thread "
+             f"({peak['fp32_fma_gflops_all']:.1f} on all), SGEMM {sgemm:.1f} (n = 2048, one thread)"
+             + (f", OpenBLAS's two attention GEMMs alone (Q K^T then P V at n = 4096, one thread) {att[64]:.1f} at "
+                f"d = 64 and {att[128]:.1f} at d = 128" if att[64] else "") + ". "
+             f"Vector kernels of every backend and of the FMA probe: {bench['context'].get('simd', peak.get('simd'))}"
+             + (f" ({peak['fma_chains']} independent FMA chains)" if peak.get("fma_chains") else "") + ".", ""]
+    for e in peak.get("instrument_errors", []):
+        lines += [f"**INSTRUMENT ERROR** (attn-lab peak): {e}: the FMA probe under-measures this machine's peak, "
+                  "so no fraction of peak in this report can be trusted.", ""]
+    target = Targets()
+    rate = lambda key: rate_estimate(h8.get(key))  # noqa: E731
+    faster = lambda a, b: time_ratio(h8.get(b), h8.get(a))  # noqa: E731  the rate of a over b
+
+    pct = lambda v: f"{100 * v:.0f}%"
+    ratio = lambda v: f"{v:.4f}x"
+    bound = target_bounds()
+    for d in (128, 64):
+        need = bound["forward_fraction_of_peak"]["min"][str(d)]
+        target(f"{fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak", scaled(rate((fused, "fp32", 0, 1, d)),
+                                                                                      fp32_peak),
+               f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
+               lambda v, need=need: need <= v <= 1.0)
+    for d in (64, 128):
+        target(f"{fused} fp32, d = {d}, 1 thread: rate over PyTorch's math attention ({TORCH_MATH}, preallocated)",
+               faster((fused, "fp32", 0, 1, d), (TORCH_MATH, "fp32", 0, 1, d)),
+               f">= {bound['forward_over_torch']['min']:.2f}x", ratio, lambda v: v >= bound["forward_over_torch"]["min"])
+    for b in blas:
+        for d in (64, 128):
+            target(f"{fused} fp32, d = {d}, 1 thread: rate over {b}", faster((fused, "fp32", 0, 1, d), (b, "fp32", 0, 1, d)),
+                   f">= {bound['forward_over_blas']['min']:.2f}x", ratio, lambda v: v >= bound["forward_over_blas"]["min"])
+    for d in (64, 128):
+        target(f"{fused} fp32, d = {d}: 2 threads over 1", faster((fused, "fp32", 0, 2, d), (fused, "fp32", 0, 1, d)),
+               f">= {bound['two_threads']['min']:.2f}x", ratio, lambda v: v >= bound["two_threads"]["min"])
+    for d in (64, 128):
+        target(f"{fused} fp32, d = {d}: causal speed-up (time ratio)",
+               time_ratio(h8.get((fused, "fp32", 0, 1, d)), h8.get((fused, "fp32", 1, 1, d))),
+               f">= {bound['causal_speedup']['min']:.2f}x", ratio, lambda v: v >= bound["causal_speedup"]["min"])
+    for p in ("bf16", "fp16"):
+        for d in (64, 128):
+            target(f"{fused} {p} (fp32 accumulation), d = {d}: rate over fp32",
+                   faster((fused, p, 0, 1, d), (fused, "fp32", 0, 1, d)), f">= {bound['narrow_over_fp32']['min']:.2f}x",
+                   ratio, lambda v: v >= bound["narrow_over_fp32"]["min"])
+    for b in blas:
+        for d in (64, 128):
+            target(f"{b} fp32, d = {d}: fraction of the two attention GEMMs alone (attn-lab peak)",
+                   scaled(rate((b, "fp32", 0, 1, d)), att[d]), f">= {pct(bound['blas_fraction_of_attention_gemms']['min'])}",
+                   pct, lambda v: v >= bound["blas_fraction_of_attention_gemms"]["min"])
+    mem_rows = sorted((r for r in rows if r["family"] == "attn" and r["backend"] == fused and r["precision"] == "fp32"
+                       and r.get("causal") == 0 and r.get("threads") == 1 and r.get("d") == 64 and "n" in r
+                       and r.get("peak_extra_heap_bytes") is not None), key=lambda r: r["n"])
+    mem = [(r["n"], r["peak_extra_heap_bytes"]) for r in mem_rows]
+    if mem:
+        # Judged where the tiles are full: below B_q (or B_k) keys the tiles,
+        # and so the workspace model, shrink with n; beyond, memory must not grow.
+        full_model = max(r["workspace_model_bytes"] for r in mem_rows)
+        full = [(r["n"], r["peak_extra_heap_bytes"]) for r in mem_rows if r["workspace_model_bytes"] == full_model]
+        lo, hi = min(m for _, m in full), max(m for _, m in full)
+        target(f"{fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
+               hi / lo if lo else None, f"independent of n (<= {bound['memory_independent_of_n']['max']:.2f}x)", ratio,
+               lambda v: v <= bound["memory_independent_of_n"]["max"])
+    bwd_lines = backward_performance(rows, fused, fp32_peak, target)  # its targets join the table below
+    counts = sorted({len(r["samples"]) for r in h8.values()})
+    sampling = bench["context"].get("adaptive_sampling", "off")
+    lines += ["## Performance targets, B = 1, H = 8, n = 4096", "",
+              f"Each benchmark took {counts[0] if len(counts) == 1 else f'{counts[0]} to {counts[-1]}' if counts else '?'}"
+              " samples, one after the other: "
+              + (f"attn-bench's adaptive sampling ({sampling}: it stops when the 95% interval of the median is that "
+                 "fraction of the median wide, or at the cap), a sample one call or a batch of calls of at least 5 ms"
+                 if sampling != "off" else "Google Benchmark's repetitions, a sample one repetition's median call")
+              + ". A rate's interval is the 95% order-statistics interval of the median over the samples "
+              "(distribution-free; none with fewer than 6); a ratio's is a 95% percentile bootstrap of the ratio of "
+              f"medians ({stats.BOOTSTRAP} resamples, seed {stats.SEED}). Verdict: met when the whole interval "
+              "meets the requirement, MISSED when none of it does, within noise when it straddles it. Memory "
+              "figures are deterministic (one allocation count), without interval.", ""]
+    lines += target.table()
+    lines += ["", "## Fraction of peak, every attn_h8 run", "",
+              "| backend | precision | causal | threads | d | ms per call (median) | GFLOP/s | 95% interval | of fp32 "
+              "peak (threads x 1-thread) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for (b, p, c, t, d), r in sorted(h8.items()):
+        e = rate_estimate(r)
+        lines.append(f"| {b} | {p} | {c} | {t} | {d} | {1e3 * stats.median(r['samples']):.1f} | {e['value']:.1f} | "
+                     + (f"{e['interval'][0]:.1f} ... {e['interval'][1]:.1f}" if e["interval"] else "none")
+                     + f" | {of_peak(e['value'], t * fp32_peak)} |")
+    if backends_with(bench, plugin=True):
+        lines += ["", "Kernels loaded from plugins (PyTorch's among them) are timed beside these in the same run: "
+                  "their speed beside " + fused + " is in [plugins](plugins.md)."]
+    small = [r for r in rows if r["family"] == "attn" and r["precision"] == "fp32" and r.get("causal") == 0
+             and r.get("threads") == 1 and "n" in r and ((r["n"] == 256 and r["d"] == 64) or (r["d"] == 32))]
+    if small:
+        lines += ["", "## Small shapes (B = H = 1, fp32, 1 thread)", "",
+                  "| backend | n | d | ms per call | GFLOP/s | of fp32 peak |", "|---|---:|---:|---:|---:|---:|"]
+        for r in sorted(small, key=lambda r: (r["backend"], r["n"], r["d"])):
+            g = r["FLOP/s"] / 1e9
+            lines.append(f"| {r['backend']} | {r['n']} | {r['d']} | {1e3 * r['seconds_per_call']:.3f} | {g:.1f} | "
+                         f"{of_peak(g, fp32_peak)} |")
+    if mem:
+        lines += ["", f"## {fused}'s extra memory against n (fp32, d = 64, 1 thread)", "",
+                  "Peak heap of one cold call less the returned output tensor.", "",
+                  "| n | peak extra heap |", "|---:|---:|"]
+        lines += [f"| {n} | {fmt_bytes(m)} |" for n, m in mem]
+    lines += bwd_lines
+    missed = [f"{w}: {v} ({k})" for w, v, _, _, k in target.rows if k.startswith("MISSED") or k == "instrument error"]
+    noise = [f"{w}: {v} ({i})" for w, v, i, _, k in target.rows if k == "within noise"]
+    return "\n".join(lines) + "\n", (["performance targets missed: " + ("; ".join(missed) if missed else "none")]
+                                      + (["performance targets within noise: " + "; ".join(noise)] if noise else [])
+                                      + [f"INSTRUMENT ERROR (attn-lab peak): {e}" for e in peak.get("instrument_errors", [])])
+
+
+def backward_performance(rows, fused, fp32_peak, target):
+    """The backward pass's targets (appended to the target table through `target`) and the table of every
+    attn_bwd / attn_fwdbwd run. FLOPs: 2.5x the forward's (FlashAttention-2's count), 3.5x for forward + backward."""
+    bwd = [r for r in rows if r["family"] in ("attn_bwd", "attn_fwdbwd")]
+    if not bwd:
+        return ["", "## The backward pass", "", "not measured in this run (no attn_bwd benchmarks)."]
+    n8 = max(r["n"] for r in bwd if r["family"] == "attn_bwd")  # the targets' n (4096 in the quick profile)
+    at = {(r["backend"], r["precision"], r["causal"], r["threads"], r["d"]): r for r in bwd
+          if r["family"] == "attn_bwd" and r["n"] == n8}
+    get = at.get
+    rate = lambda key: rate_estimate(at.get(key))  # noqa: E731
+    pct = lambda v: f"{100 * v:.0f}%"
+    ratio = lambda v: f"{v:.4f}x"
+    bound = target_bounds()
+    for d in (128, 64):
+        need = bound["backward_fraction_of_peak"]["min"][str(d)]
+        target(f"backward: {fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak (2.5x forward FLOPs)",
+               scaled(rate((fused, "fp32", 0, 1, d)), fp32_peak), f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
+               lambda v, need=need: need <= v <= 1.0)
+    for d in (64, 128):
+        target(f"backward: {fused} fp32, d = {d}: 2 threads over 1",
+               time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 0, 2, d))),
+               f">= {bound['two_threads']['min']:.2f}x", ratio, lambda v: v >= bound["two_threads"]["min"])
+    for d in (64, 128):
+        target(f"backward: {fused} fp32, d = {d}: causal speed-up (time ratio)",
+               time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 1, 1, d))),
+               f">= {bound['causal_speedup']['min']:.2f}x", ratio, lambda v: v >= bound["causal_speedup"]["min"])
+    mem = backward_series(rows)
+    if fused in mem:
+        full_model = max(r["workspace_model_bytes"] for _, r in mem[fused])
+        full = [(n, r["peak_extra_heap_bytes"]) for n, r in mem[fused] if r["workspace_model_bytes"] == full_model]
+        lo, hi = min(m for _, m in full), max(m for _, m in full)
+        target(f"backward: {fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
+               hi / lo if lo else None, f"independent of n (<= {bound['memory_independent_of_n']['max']:.2f}x)", ratio,
+               lambda v: v <= bound["memory_independent_of_n"]["max"])
+    for b, pts in sorted(mem.items()):
+        if b == fused or len(pts) < 2:
+            continue
+        e = fit_exponent([n for n, _ in pts], [r["peak_extra_heap_bytes"] for _, r in pts])
+        target(f"backward: {b} peak extra heap, fitted exponent in n over n = {pts[0][0]} ... {pts[-1][0]}", e,
+               f"grows as n^2 (>= {bound['backward_gemm_memory_exponent']['min']})", lambda v: f"{v:.2f}",
+               lambda v: v >= bound["backward_gemm_memory_exponent"]["min"])
+    lines = ["", "## The backward pass: every attn_bwd and attn_fwdbwd run", "",
+             "FLOPs counted as the FlashAttention-2 paper counts them: the backward is 2.5x the forward (five matrix "
+             "products of 2 n_q n_kv d per head), forward + backward 3.5x; halved for causal. The backward's forward "
+             "state (output, logsumexp) is prepared outside its timing.", "",
+             "| family | backend | precision | causal | threads | n | d | ms per call | GFLOP/s | of fp32 peak "
+             "(threads x 1-thread) | peak extra heap |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(bwd, key=lambda r: (r["family"], r["backend"], r["precision"], r["causal"], r["threads"], r["n"],
+                                        r["d"])):
+        g = r["FLOP/s"] / 1e9
+        lines.append(f"| {r['family']} | {r['backend']} | {r['precision']} | {r['causal']} | {r['threads']} | {r['n']} "
+                     f"| {r['d']} | {1e3 * r['seconds_per_call']:.1f} | {g:.1f} | {of_peak(g, r['threads'] * fp32_peak)}"
+                     f" | {fmt_bytes(r['peak_extra_heap_bytes'] or 0)} |")
+    return lines

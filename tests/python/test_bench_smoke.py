@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Smoke test of attn-bench: every family at its smallest size, one iteration
+each, written as Google Benchmark JSON; checks that the JSON parses, that no
+benchmark skipped with an error, that every name has the stable shape, and
+that every counter is present and finite. Asserts no timing.
+
+Then adaptive sampling (--adaptive) on the attn family: every benchmark has
+its samples in the JSON (as many as its `sample_count` counter, at least six), its
+`interval_relative_width` equals the width of the 95% interval that
+python/attention_lab/stats.py (median_ci, written apart from attn-bench's C++ rule)
+computes from those samples, and the stopping rule held: a benchmark that
+stopped below the sample cap reached the width, and one sample fewer did not
+(unless it had fewer than six)."""
+import json
+import math
+import os
+import re
+import subprocess
+import tempfile
+
+from paths import ATTN_BENCH
+
+from attention_lab import bench, stats
+
+WIDTH, MAX_SAMPLES = 0.5, 12  # wide enough that most smoke benchmarks stop early, so the rule is exercised
+
+COUNTERS = ["seconds_per_call", "FLOP/s", "qkvo_bytes/s", "kv_bytes/s", "workspace_model_bytes", "peak_heap_bytes",
+            "peak_extra_heap_bytes", "max_abs_error", "error_bound", "error_ref_digits", "blas_threads"]
+NAME = re.compile(r"^(attn(_cold|_h8|_bwd|_bwd_mem|_fwdbwd)?/[a-z]+/(fp64|fp32|bf16|fp16)/causal:[01]/threads:[12]/"
+                  r"(n:\d+|n_q:\d+/n_kv:\d+)/d:\d+"
+                  r"|attn_var/[a-z]+/(fp32|bf16)/causal:1/threads:1/n:\d+/d:\d+/h:\d+/h_kv:\d+/"
+                  r"variant:(plain|gqa|mha|softcap|sinks|alibi|documents)"
+                  r"|attn_decode/[a-z]+/(fp32|bf16|fp16)/threads:[12]/n_kv:\d+/d:\d+/h:\d+/h_kv:\d+)$")
+
+
+def test_every_family_at_its_smallest_size():
+    exe = ATTN_BENCH
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "smoke.json")
+        subprocess.run([exe, "--profile", "smoke", "--benchmark_min_time=0", "--benchmark_out=" + out,
+                        "--benchmark_out_format=json"], check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            data = json.load(f)
+    runs = data["benchmarks"]
+    failures = []
+    if not runs:
+        failures.append("no benchmark ran")
+    names = [r["name"] for r in runs]
+    if len(set(names)) != len(names):
+        failures.append("duplicate benchmark names")
+    for r in runs:
+        if r.get("error_occurred"):
+            failures.append(f"{r['name']}: skipped: {r.get('error_message')}")
+            continue
+        if not NAME.match(r["name"]):
+            failures.append(f"{r['name']}: name does not have the stable shape")
+        for c in COUNTERS:
+            v = r.get(c)
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                failures.append(f"{r['name']}: counter {c} missing or not finite ({v!r})")
+        if r.get("max_abs_error", 1) > r.get("error_bound", 0):
+            failures.append(f"{r['name']}: error above its bound")
+    # The schema: every benchmark's fields (what tools read instead of the name) agree with its stable name,
+    # and every family of attn-bench's series table ran.
+    families = bench.families(data)
+    for f, r in bench.iterations(data):
+        legacy = bench.legacy_fields(r["name"])
+        same = {k: (f[k] if k != "precision" else f["precision"]) for k in ("family", "backend", "threads")}
+        if legacy is None or same != {"family": legacy["family"], "backend": legacy["backend"],
+                                      "threads": legacy["threads"]} or f["precision"] != legacy["storage"] \
+                or (f["n_q"], f["n_kv"], f["d"], f["causal"]) != (legacy["n_q"], legacy["n_kv"], legacy["d_k"],
+                                                                  int(legacy["causal"])):
+            failures.append(f"{r['name']}: its fields {r.get('attn')} disagree with its name")
+    for family in families:
+        if not any(n.split("/")[0] == family for n in names):
+            failures.append(f"family {family} ran no benchmark")
+    failures += adaptive(exe)
+    backends = sorted({n.split("/")[1] for n in names})
+    print(f"{len(runs)} benchmarks, backends {', '.join(backends)}; context: {data['context'].get('blas')}")
+    for f in failures:
+        print("FAIL", f)
+    assert not failures, f"{len(failures)} failures: " + "; ".join(failures[:20])
+
+
+def adaptive(exe):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "adaptive.json")
+        subprocess.run([exe, "--profile", "smoke", f"--adaptive={WIDTH}", f"--max-samples={MAX_SAMPLES}",
+                        "--benchmark_filter=^attn/", "--benchmark_out=" + out, "--benchmark_out_format=json"],
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            data = json.load(f)
+    failures, early = [], 0
+    width = lambda xs: (lambda ci: (ci[1] - ci[0]) / stats.median(xs) if ci else None)(stats.median_ci(xs))  # noqa
+    for r in data["benchmarks"]:
+        name, xs = r["name"], r.get("samples")
+        if not isinstance(xs, list) or len(xs) < 6 or len(xs) != r.get("sample_count"):
+            failures.append(f"adaptive {name}: samples {str(xs)[:60]} against the counter {r.get('sample_count')!r}")
+            continue
+        w = width(xs)
+        if w is None or abs(w - r["interval_relative_width"]) > 1e-9 * max(1.0, w):
+            failures.append(f"adaptive {name}: interval width {r['interval_relative_width']} against stats.py's {w}")
+        if len(xs) < MAX_SAMPLES:
+            early += 1
+            before = width(xs[:-1]) if len(xs) > 6 else None
+            if w > WIDTH or (before is not None and before <= WIDTH):
+                failures.append(f"adaptive {name}: stopped at {len(xs)} samples with width {w} (one fewer: {before})")
+    if early == 0:
+        failures.append("adaptive: no benchmark stopped before the cap: the stopping rule was not exercised")
+    print(f"adaptive sampling: {len(data['benchmarks'])} benchmarks, {early} stopped below {MAX_SAMPLES} samples; "
+          f"widths checked against python/attention_lab/stats.py")
+    return failures
+

@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""simd_variants: the test suite on every vector-kernel variant this CPU
+executes, not only the one it picks by default.
+
+    test_simd_variants.py ATTN_LAB UNIT_TEST AGREEMENT_TEST PROPS RC_PARAMS
+
+The default choice (the widest variant the CPU runs) is what every other
+test exercises; here each other executable variant is forced by ATTN_SIMD
+and must pass the unit tests, the 50-digit agreement tests and the property
+suite (RapidCheck with CI's fixed seed). Variants compiled but not
+executable here are listed, and forcing one must be a clear error (exit 2,
+one line naming what it needs), never an illegal instruction. Also checked:
+that ATTN_SIMD really switches the kernels `attn-lab list` reports.
+"""
+import json
+import os
+import subprocess
+
+from checklib import Checks
+from paths import AGREEMENT_TEST as AGREEMENT, ATTN_LAB, PROPS, UNIT_TEST as UNIT
+
+# the property cases of each forced variant (meson option rc_variant_params, through tests/meson.build)
+RC_PARAMS = os.environ.get("ATTN_RC_VARIANT_PARAMS", "seed=20261129 max_success=20")
+
+
+def run(cmd, simd, extra_env=None, timeout=1800):
+    env = dict(os.environ, ATTN_SIMD=simd, **(extra_env or {}))
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_every_executable_variant_passes_and_the_others_refuse():
+    checks = Checks()
+    listing = json.loads(subprocess.run([ATTN_LAB, "list", "--json"], capture_output=True, text=True,
+                                        check=True).stdout)["simd"]
+    default = listing["in_use"]
+    print(f"default variant: {listing['summary']}")
+    for v in listing["variants"]:
+        vid = v["id"]
+        if not v["executable"]:
+            print(f"{vid} ({v['arch']}): compiled, not executable on this CPU (needs {v['requires']}): not run here")
+            r = run([ATTN_LAB, "list"], vid)
+            checks.record(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and v["requires"] in r.stderr,
+                          f"forcing {vid} here: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+            continue
+        r = run([ATTN_LAB, "list", "--json"], vid)
+        in_use = json.loads(r.stdout)["simd"]["in_use"] if r.returncode == 0 else None
+        checks.record(in_use == vid, f"ATTN_SIMD={vid}: attn-lab list reports {in_use}")
+        if vid == default:
+            print(f"{vid}: the default variant (the rest of the suite runs it)")
+            continue
+        for name, cmd, env in [("unit_test", [UNIT], None), ("agreement_test", [AGREEMENT], None),
+                               ("props", [PROPS], {"RC_PARAMS": RC_PARAMS})]:
+            r = run(cmd, vid, env)
+            tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
+            print(f"{vid}: {name}: exit {r.returncode}; " + " | ".join(tail))
+            checks.record(r.returncode == 0, f"{vid}: {name} failed:\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}")
+
+    r = run([ATTN_LAB, "list"], "no-such-isa")
+    checks.record(r.returncode == 2 and "no such kernel variant" in r.stderr,
+                  f"ATTN_SIMD=no-such-isa: exit {r.returncode}, stderr {r.stderr.strip()!r}")
+    checks.finish()
