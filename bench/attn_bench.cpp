@@ -43,6 +43,8 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
+#include <sstream>
 #include <set>
 #include <string>
 #include <vector>
@@ -605,10 +607,20 @@ std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_cal
 // the order its repetitions ran), rewritten atomically: the reports' intervals and attn-lab compare's tests
 // are over them (python/attention_lab/runs.py samples_of).
 // --benchmark_out's JSON completed: each benchmark's schema fields ("attn") and, with --adaptive, its samples.
+// Google Benchmark writes a non-finite counter as a bare NaN or inf (an aggregate's coefficient of variation
+// over zero errors, say), which JSON lacks and nlohmann refuses: each such value is read as a marker string
+// and written back as it was, so the file round-trips unchanged but for what is added.
+const std::regex non_finite(R"((:\s*)(-?(?:NaN|nan|inf|Infinity))(\s*[,\n}]))");
+constexpr const char* non_finite_mark = "__attn_bench_non_finite__";
+
 void annotate_output(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw Error("--benchmark_out: cannot read '" + path + "' back to add each benchmark's fields");
-  Json doc = Json::parse(f, nullptr, /*allow_exceptions=*/false);
+  std::stringstream raw;
+  raw << f.rdbuf();
+  const std::string text =
+      std::regex_replace(raw.str(), non_finite, std::string("$1\"") + non_finite_mark + "$2\"$3");
+  Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.contains("benchmarks"))
     throw Error("--benchmark_out: '" + path + "' is not Google Benchmark JSON (was --benchmark_out_format json?)");
   std::map<std::string, std::size_t> taken;
@@ -621,7 +633,8 @@ void annotate_output(const std::string& path) {
     std::size_t& i = taken[name];
     if (i < it->second.size()) b["samples"] = it->second[i++];
   }
-  write_file_atomic(path, doc.dump(2, ' ', false, Json::error_handler_t::replace) + "\n");
+  const std::regex marked("\"" + std::string(non_finite_mark) + "(-?[A-Za-z]+)\"");
+  write_file_atomic(path, std::regex_replace(doc.dump(2, ' ', false, Json::error_handler_t::replace), marked, "$1") + "\n");
 }
 
 bool finite(const xt::xtensor<double, 4>& t) {

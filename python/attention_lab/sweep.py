@@ -589,7 +589,7 @@ def merged_data(records, order):
         out["bench.json"] = {"context": benches[0]["context"], "benchmarks": sorted(rows, key=rank)}
     accs = [d["accuracy.json"] for d in datas if "accuracy.json" in d]
     if accs:
-        acc = {"kind": "accuracy"}
+        acc = {"kind": "accuracy", "precisions": accs[0].get("precisions", [])}  # the registry's, in every shard
         for key in ("points", "gradient_points", "not_supported", "problem_seconds"):
             acc[key] = sorted((p for a in accs for p in a.get(key, [])), key=lambda p: p.get("problem", 0))
         out["accuracy.json"] = acc

@@ -66,7 +66,9 @@ def synthetic(folder):
                                                 "relative": err, "u_store": u, "bound": 100 * err,
                                                 "tight_tolerance": tight, "within": True,
                                                 "within_tight": err <= tight})
-    accuracy = {"kind": "accuracy", "points": points, "gradient_points": gradient_points}
+    accuracy = {"kind": "accuracy", "points": points, "gradient_points": gradient_points,
+                "precisions": [{"name": p, "default_accumulate": "fp64" if p == "fp64" else "fp32", "unit_roundoff": u}
+                               for p, u in (("fp64", 2**-53), ("fp32", 2**-24), ("bf16", 2**-8), ("fp16", 2**-11))]}
     entropy = {"kind": "entropy", "draws": 100, "keys": 10,
                "rows": [{"d": d, "raw_mean": 2.0 / d ** 0.5, "raw_se": 0.01, "scaled_mean": 1.93, "scaled_se": 0.005,
                          "var_qk": float(d), "var_qk_scaled": 1.0} for d in (8, 32, 128, 512)]}

@@ -108,8 +108,12 @@ void gradient_points(Json& out, std::string_view backend, std::string_view preci
 
 Json accuracy_sweep(const std::vector<AccuracyProblem>& problems, const Progress& progress) {
   const auto start = std::chrono::steady_clock::now();
-  Json json = {{"kind", "accuracy"}, {"points", Json::array()}, {"gradient_points", Json::array()},
-               {"not_supported", Json::array()}, {"problem_seconds", Json::array()}};
+  Json json = {{"kind", "accuracy"}, {"precisions", Json::array()}, {"points", Json::array()},
+               {"gradient_points", Json::array()}, {"not_supported", Json::array()}, {"problem_seconds", Json::array()}};
+  // The registry's precisions in its order, each with its default accumulation (the reports' panels).
+  for (const PrecisionInfo& p : precisions())
+    json["precisions"].push_back({{"name", p.name}, {"default_accumulate", accumulate_name(p.default_accumulate)},
+                                  {"unit_roundoff", p.unit_roundoff}});
   auto problem_start = start;
   for (std::size_t p = 0; p < problems.size(); ++p) {
     if (p > 0) {  // the previous problem's wall time: what python/attention_lab/sweep.py calibrate fits its cost model to

@@ -5,7 +5,7 @@ import math
 import matplotlib.pyplot as plt
 
 from attention_lab import runs
-from attention_lab.reports.common import DEFAULT_ACC, ReportError, require, savefig
+from attention_lab.reports.common import ReportError, require, savefig
 
 
 def richest_n(points):
@@ -33,7 +33,9 @@ def accuracy_report(acc, folder):
     for p in every:
         require(p, ["backend", "precision", "accumulate", "n", "d", "mask", "logit_scale", "max_abs", "u_store"],
                 "accuracy.json point")
-    precisions = [p for p in DEFAULT_ACC if any(q["precision"] == p for q in pts)]
+    require(acc, ["precisions"], "accuracy.json")  # the registry's precisions and default accumulation
+    default_acc = {p["name"]: p["default_accumulate"] for p in acc["precisions"]}
+    precisions = [p for p in default_acc if any(q["precision"] == p for q in pts)]
     backends = sorted({q["backend"] for q in pts})
 
     def pick(**fixed):
@@ -50,13 +52,13 @@ def accuracy_report(acc, folder):
         for ax, prec in zip(axes[0], among):
             for b in backends:
                 s = sorted((q for q in points if q["backend"] == b and q["precision"] == prec and y(q) > 0
-                            and q["accumulate"] == DEFAULT_ACC[prec] and all(q.get(k) == v for k, v in fixed.items())),
+                            and q["accumulate"] == default_acc[prec] and all(q.get(k) == v for k, v in fixed.items())),
                            key=lambda q: q[x])
                 if s:
                     ax.loglog([q[x] for q in s], [y(q) for q in s], "o-", label=b, ms=3)
             u = next(q["u_store"] for q in pts if q["precision"] == prec)
             ax.axhline(u, color="k", lw=0.8, ls=":", label=f"u = {u:.2g}")
-            ax.set_title(f"{prec} (accumulate {DEFAULT_ACC[prec]})", fontsize=9)
+            ax.set_title(f"{prec} (accumulate {default_acc[prec]})", fontsize=9)
             ax.set_xlabel(xlabel)
         axes[0][0].set_ylabel(ylabel)
         axes[0][0].legend(fontsize=7)
@@ -71,7 +73,7 @@ def accuracy_report(acc, folder):
              f"![error vs n]({f1})", ""]
     worst = {}
     for prec in precisions:
-        s = pick(precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", logit_scale=1, d=64)
+        s = pick(precision=prec, accumulate=default_acc[prec], mask="none", logit_scale=1, d=64)
         if s:
             w = max(s, key=lambda q: q["max_abs"])
             worst[prec] = w
@@ -87,8 +89,8 @@ def accuracy_report(acc, folder):
     lines += [f"![error vs logit scale]({f2})", ""]
     growth = []
     for prec in precisions:
-        s1 = pick(precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", n=n_scale, d=64, logit_scale=1)
-        s3 = pick(precision=prec, accumulate=DEFAULT_ACC[prec], mask="none", n=n_scale, d=64, logit_scale=1000)
+        s1 = pick(precision=prec, accumulate=default_acc[prec], mask="none", n=n_scale, d=64, logit_scale=1)
+        s3 = pick(precision=prec, accumulate=default_acc[prec], mask="none", n=n_scale, d=64, logit_scale=1000)
         if s1 and s3:
             a, b = max(q["max_abs"] for q in s1), max(q["max_abs"] for q in s3)
             growth.append(f"{prec} {a:.2g} -> {b:.2g}")

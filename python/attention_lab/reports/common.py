@@ -193,7 +193,6 @@ def backends_with(bench, **traits):
 # plugin's kernel (plugins/torch), timed by attn-bench beside ours.
 TORCH_MATH = "torch-math"
 
-DEFAULT_ACC = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32", "e4m3": "fp32", "e5m2": "fp32"}
 
 
 def spread_ms(r):

@@ -25,7 +25,7 @@ import tempfile
 import markdown
 import numpy as np
 
-from attention_lab import io
+from attention_lab import bench as bench_json, io
 
 # E1/E2 of EXAMPLES.md: V of E1; the scores of row C are [2, 1, 3] at d_k = 2.
 E1_V = [[1.0, 0.0], [1.0, 2.0], [2.0, 2.0]]
@@ -218,17 +218,14 @@ def table(headers, rows):
 def bench_table(bench, peak):
     fp32_peak = peak["fp32_fma_gflops_core"]
     rows = []
-    for b in bench.get("benchmarks", []):
-        parts = b.get("name", "").split("/")
-        if len(parts) < 7 or b.get("error_occurred") or b.get("run_type") == "aggregate" or b.get("repetition_index", 0):
+    for f, b in bench_json.iterations(bench):
+        if b.get("repetition_index", 0):
             continue  # one row per benchmark: its first repetition (the reports have the medians and intervals)
-        meta = dict(p.split(":", 1) for p in parts[3:] if ":" in p)
-        n = meta.get("n") or f"{meta.get('n_q')}x{meta.get('n_kv')}"
-        threads = int(meta.get("threads", 1))
+        n = f["n"] if "n" in f else f"{f['n_q']}x{f['n_kv']}"
         g = b.get("FLOP/s", 0) / 1e9
         err = b.get("max_abs_error")
-        rows.append([parts[0], parts[1], parts[2], n, meta.get("d", ""), meta.get("causal", ""), threads,
-                     f"{g:.2f}", f"{g / (threads * fp32_peak):.3f}", int(b.get("peak_heap_bytes", 0)),
+        rows.append([f["family"], f["backend"], f["precision"], n, f["d"], f["causal"], f["threads"],
+                     f"{g:.2f}", f"{g / (f['threads'] * fp32_peak):.3f}", int(b.get("peak_heap_bytes", 0)),
                      "" if err is None else f"{err:.3g}"])
     return table(["family", "backend", "precision", "n", "d", "causal", "threads", "GFLOP/s",
                   "fraction of peak (threads x 1-thread fp32 FMA)", "peak heap bytes", "max abs error"], rows)
