@@ -585,7 +585,7 @@ std::map<std::string, Json> benchmark_fields;
 
 template <class TimedCall>
 std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_call, double warm, bool cold,
-                                                           std::vector<double>& samples) {
+                                                           std::vector<double>& samples, bool& out_of_time) {
   const std::size_t batch =
       cold ? 1 : std::max<std::size_t>(1, std::size_t(std::ceil(sampling.min_sample_seconds / std::max(warm, 1e-9))));
   const auto start = std::chrono::steady_clock::now();
@@ -597,7 +597,8 @@ std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_cal
     if (samples.size() < sampling.min_samples) continue;
     interval = median_interval(samples);
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (samples.size() >= sampling.max_samples || elapsed >= sampling.max_seconds ||
+    out_of_time = elapsed >= sampling.max_seconds;
+    if (samples.size() >= sampling.max_samples || out_of_time ||
         (interval && interval->second - interval->first <= sampling.width * median(samples)))
       return interval;
   }
@@ -680,11 +681,13 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   const double warm = std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_t0).count();
   std::vector<double> samples;  // adaptive sampling: one entry per sample (a batch's time per call)
   std::optional<std::pair<double, double>> interval;
+  bool out_of_time = false;  // adaptive sampling stopped by its time cap, not by the width or the sample cap
   if (sampling.adaptive()) {
     // Google Benchmark runs this once (--benchmark_min_time=0 in adaptive mode); the samples are taken here.
     for (auto _ : state)
       if (samples.empty())
-        interval = sample_adaptively([&] { return (cold ? release() : void()), time_one(); }, warm, cold, samples);
+        interval = sample_adaptively([&] { return (cold ? release() : void()), time_one(); }, warm, cold, samples,
+                                     out_of_time);
   } else {
     for (auto _ : state) {
       if (cold) {
@@ -746,6 +749,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     // The samples themselves go into --benchmark_out's JSON (annotate_output); here their count and the
     // interval's width relative to the median (0 when fewer than six samples give no interval).
     state.counters["sample_count"] = double(samples.size());
+    state.counters["sampling_out_of_time"] = out_of_time ? 1.0 : 0.0;
     state.counters["interval_relative_width"] =
         interval ? (interval->second - interval->first) / median(samples) : 0.0;
     recorded_samples[key].push_back(std::move(samples));

@@ -14,7 +14,6 @@ stopped below the sample cap reached the width, and one sample fewer did not
 import json
 import math
 import os
-import re
 import subprocess
 import tempfile
 
@@ -26,11 +25,24 @@ WIDTH, MAX_SAMPLES = 0.5, 12  # wide enough that most smoke benchmarks stop earl
 
 COUNTERS = ["seconds_per_call", "FLOP/s", "qkvo_bytes/s", "kv_bytes/s", "workspace_model_bytes", "peak_heap_bytes",
             "peak_extra_heap_bytes", "max_abs_error", "error_bound", "error_ref_digits", "blas_threads"]
-NAME = re.compile(r"^(attn(_cold|_h8|_bwd|_bwd_mem|_fwdbwd)?/[a-z]+/(fp64|fp32|bf16|fp16)/causal:[01]/threads:[12]/"
-                  r"(n:\d+|n_q:\d+/n_kv:\d+)/d:\d+"
-                  r"|attn_var/[a-z]+/(fp32|bf16)/causal:1/threads:1/n:\d+/d:\d+/h:\d+/h_kv:\d+/"
-                  r"variant:(plain|gqa|mha|softcap|sinks|alibi|documents)"
-                  r"|attn_decode/[a-z]+/(fp32|bf16|fp16)/threads:[12]/n_kv:\d+/d:\d+/h:\d+/h_kv:\d+)$")
+KEYS = {"causal", "threads", "n", "n_q", "n_kv", "d", "h", "h_kv", "variant"}  # a stable name's key:value parts
+
+
+def name_disagrees(name, f):
+    """Why a stable name <family>/<backend>/<precision>/key:value/... does not say what its fields say, or None."""
+    parts = name.split("/")
+    if len(parts) < 5 or any(":" not in p for p in parts[3:]):
+        return "not <family>/<backend>/<precision>/key:value/..."
+    kv = dict(p.split(":", 1) for p in parts[3:])
+    if set(kv) - KEYS:
+        return f"unknown keys {sorted(set(kv) - KEYS)}"
+    said = {"family": parts[0], "backend": parts[1], "precision": parts[2], "threads": int(kv["threads"]),
+            "causal": int(kv.get("causal", 0)), "n_q": int(kv.get("n_q", kv.get("n", 1))),
+            "n_kv": int(kv.get("n_kv", kv.get("n", 0))), "d": int(kv["d"]),
+            "h": int(kv.get("h", f["h"])), "h_kv": int(kv.get("h_kv", f["h_kv"])),
+            "variant": kv.get("variant", f["variant"])}
+    wrong = {k: (v, f[k]) for k, v in said.items() if f[k] != v}
+    return f"name says / fields say {wrong}" if wrong else None
 
 
 def test_every_family_at_its_smallest_size():
@@ -52,8 +64,6 @@ def test_every_family_at_its_smallest_size():
         if r.get("error_occurred"):
             failures.append(f"{r['name']}: skipped: {r.get('error_message')}")
             continue
-        if not NAME.match(r["name"]):
-            failures.append(f"{r['name']}: name does not have the stable shape")
         for c in COUNTERS:
             v = r.get(c)
             if not isinstance(v, (int, float)) or not math.isfinite(v):
@@ -64,13 +74,9 @@ def test_every_family_at_its_smallest_size():
     # and every family of attn-bench's series table ran.
     families = bench.families(data)
     for f, r in bench.iterations(data):
-        legacy = bench.legacy_fields(r["name"])
-        same = {k: (f[k] if k != "precision" else f["precision"]) for k in ("family", "backend", "threads")}
-        if legacy is None or same != {"family": legacy["family"], "backend": legacy["backend"],
-                                      "threads": legacy["threads"]} or f["precision"] != legacy["storage"] \
-                or (f["n_q"], f["n_kv"], f["d"], f["causal"]) != (legacy["n_q"], legacy["n_kv"], legacy["d_k"],
-                                                                  int(legacy["causal"])):
-            failures.append(f"{r['name']}: its fields {r.get('attn')} disagree with its name")
+        why = name_disagrees(r["name"], f)
+        if why:
+            failures.append(f"{r['name']}: its stable name and its fields {r.get('attn')} disagree: {why}")
     for family in families:
         if not any(n.split("/")[0] == family for n in names):
             failures.append(f"family {family} ran no benchmark")
@@ -103,8 +109,10 @@ def adaptive(exe):
         if len(xs) < MAX_SAMPLES:
             early += 1
             before = width(xs[:-1]) if len(xs) > 6 else None
-            if w > WIDTH or (before is not None and before <= WIDTH):
-                failures.append(f"adaptive {name}: stopped at {len(xs)} samples with width {w} (one fewer: {before})")
+            # (a benchmark whose sampling ran out of time, about 4 s, may stop wider: a slow one on a busy machine)
+            if (w > WIDTH and not r.get("sampling_out_of_time")) or (before is not None and before <= WIDTH):
+                failures.append(f"adaptive {name}: stopped at {len(xs)} samples with width {w} (one fewer: {before}; "
+                                f"out of time: {r.get('sampling_out_of_time')})")
     if early == 0:
         failures.append("adaptive: no benchmark stopped before the cap: the stopping rule was not exercised")
     print(f"adaptive sampling: {len(data['benchmarks'])} benchmarks, {early} stopped below {MAX_SAMPLES} samples; "
