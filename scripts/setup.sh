@@ -6,7 +6,7 @@ ATTN_PACKAGES=(meson ninja-build pkg-config cmake gcc g++ ccache
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
   librapidcheck-dev libgtest-dev libbenchmark-dev libboost-dev python3-matplotlib
   clang libclang-rt-14-dev python3-numpy python3-markdown chromium chromium-driver python3-selenium
-  nlohmann-json3-dev python3-torch libtorch-dev python3-scipy python3-pytest slurm-wlm munge)
+  nlohmann-json3-dev python3-scipy python3-pytest python3-dev python3-venv slurm-wlm munge)
 
 attn_install_missing() {
   local missing=()
@@ -21,9 +21,27 @@ attn_install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# The project's Python environment, .venv/ at the checkout's root (git ignores it): Debian's python3 with its
+# own packages, every version pinned in python/requirements.txt (PyTorch, NumPy, SciPy, matplotlib, ...; not
+# Debian's: one PyTorch, the pinned one, in every process). Installed when missing or when the pins changed
+# (a stamp holds the file's hash): a second run installs nothing. The first install downloads about 3 GB
+# (PyTorch's Linux wheel carries CUDA libraries) and took 2 min 53 s here.
+attn_python_env() {
+  local want
+  want=$(sha256sum python/requirements.txt | cut -d' ' -f1)
+  if [ -x .venv/bin/python3 ] && [ "$(cat .venv/.requirements-sha256 2>/dev/null)" = "$want" ]; then
+    return 0
+  fi
+  echo "installing the Python environment (.venv) from python/requirements.txt"
+  [ -x .venv/bin/python3 ] || /usr/bin/python3 -m venv .venv
+  .venv/bin/python3 -m pip install --quiet --disable-pip-version-check -r python/requirements.txt
+  echo "$want" > .venv/.requirements-sha256
+}
+
 # Configures build/ once (release, portable: the vector kernels are chosen at
 # run time, attn/simd/simd.hpp), then builds what changed.
 attn_build() {
+  attn_python_env
   if [ ! -f build/build.ninja ]; then
     meson setup build --buildtype=release
   fi

@@ -6,6 +6,7 @@ page, the README's figures), comparing runs (compare), their history
 `python3 -m attention_lab.<module>` (attn-lab compare and history run
 those); scripts/ sets PYTHONPATH to python/."""
 import os
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the source tree
 PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # python/: this package's parent
@@ -14,7 +15,7 @@ PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pyth
 def module_command(module, *args):
     """The command that runs `python3 -m module args...` with this package importable (child processes of a
     tool: html_page collect, the reports)."""
-    return ["/usr/bin/python3", "-m", module, *args]
+    return [sys.executable, "-m", module, *args]
 
 
 def module_env(env=None):

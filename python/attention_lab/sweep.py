@@ -57,7 +57,9 @@ from attention_lab.reports import common as report_common
 BENCH = os.path.join(ROOT, "build", "bench", "attn-bench")
 LAB = os.path.join(ROOT, "build", "tools", "attn-lab")
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cost_model.json")
-TORCH_PLUGIN = os.path.join(ROOT, "build", "plugins", "libattn_torch.so")
+BRIDGE = os.path.join(ROOT, "build", "plugins", "libattn_python.so")  # Python kernels (attention_lab.bridge)
+# The peers every run races and verifies where the bridge is built and PyTorch imports (attention_lab.peers).
+PEERS = ["python:attention_lab.peers:torch_math", "python:attention_lab.peers:torch_flash"]
 PROFILES = ("smoke", "quick", "full")
 STEPS = ("verify", "entropy", "pages")  # the single steps, one item each
 # How each benchmark is timed: smoke runs the pipeline (two one-iteration repetitions, no measurement); the
@@ -196,11 +198,25 @@ def claim_seconds(model, claim, profile):
 
 
 def default_plugins():
-    return [TORCH_PLUGIN] if os.path.isfile(TORCH_PLUGIN) else []
+    if not os.path.isfile(BRIDGE):
+        return []
+    try:
+        import torch  # noqa: F401  (the project's environment has it: scripts/setup.sh)
+    except ImportError:
+        return []
+    return list(PEERS)
+
+
+def plugin_arg(p):
+    """A plugin as the tools take it: a library's path from the checkout, or a Python kernel's spec as it is."""
+    return p if p.startswith("python:") else os.path.join(ROOT, p)
 
 
 def shown(path):
-    """A path as the plan records it: relative to the checkout when inside it (the same on every node)."""
+    """A path as the plan records it: relative to the checkout when inside it (the same on every node); a
+    Python kernel's spec as it is."""
+    if path.startswith("python:"):
+        return path
     rel = os.path.relpath(os.path.abspath(path), ROOT)
     return path if rel.startswith("..") else rel
 
@@ -208,7 +224,7 @@ def shown(path):
 def items(profile, plugins):
     """Every item of a sweep with its estimated seconds, in the order a single run runs them."""
     model = load_model()
-    flags = [f for p in plugins for f in ("--plugin", os.path.join(ROOT, p))]
+    flags = [f for p in plugins for f in ("--plugin", plugin_arg(p))]
     out = []
     for e in json_lines(output([BENCH, "--profile", profile, "--list-plan", *flags])):
         out.append({"kind": "bench", "key": e["name"], "seconds": bench_seconds(model, e, profile)})
@@ -426,7 +442,7 @@ def on_claims_line(text):
 def shard_steps(line, data):
     """The steps of one shard, in a single run's order: (name, what, function)."""
     profile = line["profile"]
-    plugins = [os.path.join(ROOT, p) for p in line["plugins"]]
+    plugins = [plugin_arg(p) for p in line["plugins"]]
     flags = [f for p in plugins for f in ("--plugin", p)]
     steps = [("peak", "attn-lab peak: this machine's peaks",
               lambda: (begin("peak", ""), run_step("peak", [LAB, "peak", "--out", os.path.join(data, "peak.json")])))]

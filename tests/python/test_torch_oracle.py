@@ -30,8 +30,8 @@ The backward pass (check_backward): for each attend case, precision and
 backend with a backward pass, `attn-lab attend --grad-out dO.npy --dq --dk
 --dv (--dbias) --check --json` against torch autograd in float64 through
 the same softmax expression (and, unmasked, through
-torch.nn.functional._scaled_dot_product_attention, the attention core that
-torch 1.13's nn.MultiheadAttention calls), and against gradients computed
+torch.nn.functional.scaled_dot_product_attention with the math backend
+pinned, the attention core nn.MultiheadAttention calls), and against gradients computed
 by NumPy in long double from the explicit formulas:
   worst case: |ours - torch64| <= our derived worst-case gradient bound
       (attn-lab's --check, metrics.hpp) + |torch64 - T| (torch's own error);
@@ -52,8 +52,10 @@ that of an fp64 evaluation); check_variants_power shows each convention
 Torch's fully masked rows are NaN and poison every gradient; torch is given
 the same problem with those rows unmasked and their dO zeroed, which has
 the same exact gradients (a row with dO_i = 0 contributes nothing).
-Semantic differences from torch 1.13, stated and checked: a fully masked
-row is NaN in torch and exactly 0 in attn-lab; torch's `tril()` causal mask
+Semantic differences from PyTorch, stated and checked (re-checked on the
+pinned 2.x; they were found on 1.13): a fully masked row is NaN through
+torch.softmax (still, in 2.x) and exactly 0 in attn-lab, and 0 through
+scaled_dot_product_attention since 2.5's safe softmax (checked); torch's `tril()` causal mask
 is aligned top-left, attn-lab's causal mask bottom-right (query i sees key
 j iff j <= i + n_kv - n_q), so for n_q != n_kv the torch side is given
 `tril(diagonal=n_kv - n_q)`.
@@ -250,7 +252,14 @@ def check_attend():
                     record(o.ndim == rank, f"attend {name} {backend} {precision}: output rank {o.ndim}, inputs {rank}")
                     outs[backend] = o.reshape(B, H, NQ, DV)
                 if dead.any():
-                    record(bool(np.isnan(torch64[dead]).all()), f"attend {name}: torch no longer NaN on masked rows")
+                    record(bool(np.isnan(torch64[dead]).all()), f"attend {name}: torch.softmax no longer NaN on masked rows")
+                    from torch.nn.attention import SDPBackend, sdpa_kernel
+                    with sdpa_kernel(SDPBackend.MATH):  # SDPA's safe softmax (torch >= 2.5): 0, as attn-lab
+                        sdpa = torch.nn.functional.scaled_dot_product_attention(
+                            *(torch.from_numpy(x.astype(np.float64)) for x in (q, k, v)),
+                            attn_mask=torch.from_numpy(np.broadcast_to(add, (B, H, NQ, NKV)).copy()),
+                            scale=scale).numpy()
+                    record(bool((sdpa[dead] == 0).all()), f"attend {name}: SDPA (math) not 0 on fully masked rows")
                     for backend, o in outs.items():
                         record(bool((o[dead] == 0).all()), f"attend {name} {backend} {precision}: masked row not 0")
                 naive_err = float(np.max(abs(outs[BASELINE][valid] - truth[valid])))
@@ -292,13 +301,14 @@ def torch_gradients(q, k, v, scale, add, d_out, dead):
 
 
 def core_gradients(q, k, v, d_out):
-    """The same through torch 1.13's attention core (what nn.MultiheadAttention calls), unmasked; it scales q by
-    1/sqrt(d_k) itself. [B, H, n, d] are folded to [B H, n, d]."""
-    B, H = q.shape[:2]
-    tq, tk, tv = (torch.from_numpy(x.reshape(B * H, *x.shape[2:]).copy()).requires_grad_() for x in (q, k, v))
-    out, _ = torch.nn.functional._scaled_dot_product_attention(tq, tk, tv, None, 0.0, False, False)
-    out.backward(torch.from_numpy(d_out.reshape(B * H, *d_out.shape[2:])))
-    return tuple(t.grad.numpy().reshape(B, H, *t.shape[1:]) for t in (tq, tk, tv))
+    """The same through PyTorch's attention core, scaled_dot_product_attention with its math backend pinned
+    (torch.nn.attention.sdpa_kernel), unmasked, at its default scale 1/sqrt(d_k)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    tq, tk, tv = (torch.from_numpy(x.copy()).requires_grad_() for x in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        out = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv)
+    out.backward(torch.from_numpy(d_out))
+    return tuple(t.grad.numpy() for t in (tq, tk, tv))
 
 
 def cancellation_scales(q, k, v, scale, p, d_out):

@@ -30,7 +30,7 @@ const std::vector<Command>& commands();
 
 // Commands written in Python (the tooling package python/attention_lab: the
 // statistics and plots of SciPy and matplotlib): attn-lab runs
-// `/usr/bin/python3 -m MODULE` with the command's arguments unchanged and the
+// `.venv/bin/python3 -m MODULE` (the project's environment) with the command's arguments unchanged and the
 // package on PYTHONPATH; the module parses them and has its own --help.
 struct ScriptCommand {
   std::string_view name;

@@ -70,13 +70,16 @@ int dispatch(int argc, char** argv) {
     const char* old_path = std::getenv("PYTHONPATH");
     const std::string path = old_path && *old_path ? dir + ":" + old_path : dir;
     ::setenv("PYTHONPATH", path.c_str(), 1);
-    std::vector<char*> args = {const_cast<char*>("/usr/bin/python3"), const_cast<char*>("-m"),
+    if (!std::filesystem::exists(ATTN_PYTHON))
+      throw Error("'" + name + "' runs " + std::string(ATTN_PYTHON) +
+                  ", the project's Python environment, which is missing (scripts/setup.sh makes it)");
+    std::vector<char*> args = {const_cast<char*>(ATTN_PYTHON), const_cast<char*>("-m"),
                                const_cast<char*>(module.c_str())};
     for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     std::fflush(stdout);
     execv(args[0], args.data());
-    throw Error("'" + name + "' needs /usr/bin/python3 (" + std::strerror(errno) + ")");
+    throw Error("'" + name + "' cannot run " + std::string(ATTN_PYTHON) + " (" + std::strerror(errno) + ")");
   }
   for (const Command& c : commands()) {
     if (c.name != name) continue;

@@ -21,13 +21,14 @@ std::string self_path() {
 int run(const Args& args) {
   if (!args.has("--plugin")) throw Error("verify needs --plugin PATH (the library to verify)");
   plugin_verify::Settings s;
-  s.plugin = std::filesystem::absolute(args.str("--plugin")).string();
+  const std::string given = args.str("--plugin");  // a library's path, or python:MODULE:FUNCTION
+  s.plugin = given.rfind("python:", 0) == 0 ? given : std::filesystem::absolute(given).string();
   s.profile = args.str("--profile", "smoke");
   s.out = args.str("--out", "verdict");
   s.self = self_path();
   if (args.has("--worker"))  // a child of the command below, never run by hand
     return plugin_verify::worker(s, args.str("--worker"), args.str("--kernel"), args.count("--from", 0));
-  if (!std::filesystem::exists(s.plugin)) throw Error("plugin '" + args.str("--plugin") + "': no such file");
+  if (given.rfind("python:", 0) != 0 && !std::filesystem::exists(s.plugin)) throw Error("plugin '" + args.str("--plugin") + "': no such file");
   if (!args.flag("--force") && std::filesystem::exists(std::filesystem::path(s.out) / "verdict.json"))
     throw Error("--out " + s.out + " holds a verdict already; pass --force to replace it");
   return plugin_verify::verify(s);

@@ -257,8 +257,42 @@ std::string plugin_capability_names(unsigned long long capabilities) {
   return s.empty() ? "nothing" : s;
 }
 
+// A Python kernel (`python:MODULE:FUNCTION`) through the bridge library (plugins/python): its descriptor
+// is made by the bridge from the function's declaration, then checked and added like any plugin's.
+const attn_plugin* python_kernel(const std::string& spec, const std::string& what) {
+  const char* env = std::getenv("ATTN_PYTHON_BRIDGE");
+  const std::string bridge = env && *env ? env : ATTN_PYTHON_BRIDGE;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(bridge, ec))
+    throw Error(what + ": the Python bridge " + bridge + " is not built (plugins/python, needs python3-dev)");
+  void* handle = dlopen(bridge.c_str(), RTLD_NOW | RTLD_GLOBAL);  // global: the interpreter's extension modules
+  if (!handle) throw Error(what + ": the Python bridge cannot be loaded: " + dlerror());
+  using kernel_fn = const attn_plugin* (*)(const char*, char*, std::size_t);
+  auto get = reinterpret_cast<kernel_fn>(dlsym(handle, "attn_python_kernel"));
+  if (!get) throw Error(what + ": " + bridge + " has no attn_python_kernel symbol");
+  char error[1024] = "";
+  const attn_plugin* k = get(spec.c_str(), error, sizeof error);
+  if (!k) throw Error(what + ": " + error);
+  return k;
+}
+
 std::vector<std::string> load_plugin(const std::string& path) {
   const std::string what = "plugin '" + path + "'";
+  if (path.rfind("python:", 0) == 0) {
+    std::lock_guard lock(loaded_mutex);
+    if (auto it = loaded().find(path); it != loaded().end()) return it->second;
+    const attn_plugin* k = python_kernel(path.substr(7), what);
+    if (!valid_name(k->name))
+      throw Error(what + ": its name must be letters, digits, '-' and '_' (got '" + std::string(k->name) + "')");
+    if (!(k->capabilities & (ATTN_CAP_F64 | ATTN_CAP_F32 | ATTN_CAP_BF16 | ATTN_CAP_F16)))
+      throw Error(what + " ('" + k->name + "') claims no storage type: it could run nothing");
+    for (const BackendInfo& b : all_backends())
+      if (b.name == k->name)
+        throw Error(what + ": a backend named '" + b.name + "' is registered already (from " + b.source + ")");
+    add_backend(row_of_plugin(*k, path));
+    loaded()[path] = {k->name};
+    return loaded()[path];
+  }
   std::error_code ec;
   if (path.empty() || !std::filesystem::is_regular_file(path, ec)) throw Error(what + ": no such file");
   const std::string canonical = std::filesystem::canonical(path, ec).string();

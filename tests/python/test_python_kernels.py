@@ -1,0 +1,120 @@
+"""python_kernels: Python callables as backends (`--plugin python:MODULE:FUNCTION`, attention_lab.bridge and
+plugins/python/python_bridge.cpp), end to end through attn-lab and attn-bench:
+
+  - the bridge's capability bits are include/attn/plugin.h's (read from the header);
+  - the peers (attention_lab.peers: PyTorch SDPA math and CPU flash) load as registry rows with what they
+    declare, and pass `attend --check` on a causal cross-attention with grouped K/V heads in fp32, through
+    the suite's bottom-right causal alignment (a top-left kernel would fail it: shown by a kernel that passes
+    is_causal alone, which must exceed its bound);
+  - a kernel that raises, returns the wrong shape or dtype, is not declared, or names no module is one clear
+    error line (exit 2), never a crash; a kernel's Unsupported is "not supported";
+  - attn-bench times a Python kernel beside the built-in backends, its schema fields marking it a plugin.
+"""
+import json
+import os
+import re
+import subprocess
+import tempfile
+
+from checklib import Checks
+from paths import ATTN_BENCH, ATTN_LAB, SOURCE
+
+CHECKS = Checks()
+record = CHECKS.record
+
+BROKEN = '''
+import numpy as np
+from attention_lab.bridge import Unsupported, kernel
+
+@kernel(name="raises", description="raises", storage={"fp64": "fp64"})
+def raises(q, k, v, **_):
+    raise ValueError("a deliberate failure")
+
+@kernel(name="wrong-shape", description="wrong shape", storage={"fp64": "fp64"})
+def wrong_shape(q, k, v, **_):
+    return np.zeros((1, 1, 1, 1))
+
+@kernel(name="wrong-dtype", description="wrong dtype", storage={"fp64": "fp64"})
+def wrong_dtype(q, k, v, **_):
+    return np.zeros(q.shape[:3] + (v.shape[3],), dtype=np.float32)
+
+@kernel(name="unsupported", description="unsupported", storage={"fp64": "fp64"})
+def unsupported(q, k, v, **_):
+    raise Unsupported("never, on purpose")
+
+@kernel(name="top-left", description="SDPA is_causal alone: top-left causal alignment", storage={"fp64": "fp64"},
+        framework="torch", masks=("causal",))
+def top_left(q, k, v, *, scale, causal, **_):
+    import torch.nn.functional as F
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+def undeclared(q, k, v, **_):
+    return v
+'''
+
+
+def lab(args, env=None, cwd=None):
+    return subprocess.run([ATTN_LAB] + args, capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def one_error(p, *words):
+    lines = p.stderr.strip().splitlines()
+    return p.returncode == 2 and len(lines) == 1 and all(w in lines[0] for w in words)
+
+
+def test_python_kernels():
+    # The ABI's bits, from the header.
+    header = open(os.path.join(SOURCE, "include", "attn", "plugin.h")).read()
+    bits = {m[0]: int(m[1]) for m in re.findall(r"#define ATTN_CAP_(\w+) \(1ull << (\d+)\)", header)}
+    from attention_lab.bridge import CAPABILITIES
+    names = {"F64": "fp64", "F32": "fp32", "BF16": "bf16", "F16": "fp16", "ACC_FP64": "acc_fp64",
+             "ACC_FP32": "acc_fp32", "ACC_STORAGE": "acc_storage", "CAUSAL": "causal", "WINDOW": "window",
+             "KEY_PADDING": "keypad", "BOOLEAN": "bool", "BIAS": "bias", "GQA": "gqa", "SOFTCAP": "softcap",
+             "SINKS": "sinks", "ALIBI": "alibi", "SEGMENTS": "segments", "LSE": "lse", "THREADS": "threads"}
+    record(bits and all(CAPABILITIES[names[k]] == 1 << v for k, v in bits.items()),
+           f"bridge capability bits = plugin.h's: {bits}")
+
+    # The peers as rows, verified on a causal cross-attention with grouped heads.
+    for spec, name in (("python:attention_lab.peers:torch_math", "torch-math"),
+                       ("python:attention_lab.peers:torch_flash", "torch-flash")):
+        p = lab(["list", "--json", "--plugin", spec])
+        rows = {b["name"]: b for b in json.loads(p.stdout)["backends"]} if p.returncode == 0 else {}
+        record(name in rows and rows[name]["source"] == spec, f"list {spec}: {p.stderr.strip()[-300:]}")
+        p = lab(["attend", "--random", "2,4,37,53,16,16,2", "--mask", "causal", "--plugin", spec, "--backend", name,
+                 "--precision", "fp32", "--check"])
+        record(p.returncode == 0 and "within" in p.stdout, f"attend --check {name}: exit {p.returncode} "
+                                                           f"{p.stdout[-400:]} {p.stderr[-300:]}")
+
+    with tempfile.TemporaryDirectory() as work:
+        with open(os.path.join(work, "broken_kernels.py"), "w") as f:
+            f.write(BROKEN)
+        env = dict(os.environ, PYTHONPATH=work)
+        base = ["attend", "--random", "1,2,8,8,4,4", "--precision", "fp64"]
+        for fn, words in (("raises", ["ValueError", "a deliberate failure"]), ("wrong_shape", ["shape"]),
+                          ("wrong_dtype", ["float32"]), ("unsupported", ["never, on purpose"])):
+            name = fn.replace("_", "-")
+            p = lab(base + ["--plugin", f"python:broken_kernels:{fn}", "--backend", name], env=env)
+            record(one_error(p, *words), f"kernel {fn}: exit {p.returncode}, stderr {p.stderr.strip()!r}")
+        for spec, words in (("python:broken_kernels:undeclared", ["not declared"]),
+                            ("python:no_such_module:f", ["cannot import"]),
+                            ("python:broken_kernels", ["MODULE:FUNCTION"])):
+            p = lab(base + ["--plugin", spec], env=env)
+            record(one_error(p, *words), f"{spec}: exit {p.returncode}, stderr {p.stderr.strip()!r}")
+        # The alignment: SDPA's is_causal alone aligns top-left; on n_q != n_kv the verdict must see it.
+        p = lab(["attend", "--random", "1,2,16,40,8,8", "--mask", "causal", "--precision", "fp64", "--plugin",
+                 "python:broken_kernels:top_left", "--backend", "top-left", "--check"], env=env)
+        record(p.returncode == 1 and "EXCEEDED" in p.stdout, f"top-left causal caught: exit {p.returncode}")
+        p = lab(["attend", "--random", "1,2,40,40,8,8", "--mask", "causal", "--precision", "fp64", "--plugin",
+                 "python:broken_kernels:top_left", "--backend", "top-left", "--check"], env=env)
+        record(p.returncode == 0, f"top-left causal agrees on n_q = n_kv: exit {p.returncode}")
+
+        # attn-bench: a Python kernel timed beside ours, marked a plugin in the schema.
+        out = os.path.join(work, "b.json")
+        p = subprocess.run([ATTN_BENCH, "--profile", "smoke", "--benchmark_min_time=0", "--plugin",
+                            "python:attention_lab.peers:torch_flash", "--benchmark_filter=^attn_h8/(streaming|torch-flash)/fp32/causal:0/threads:1/",
+                            "--benchmark_out=" + out, "--benchmark_out_format=json"], capture_output=True, text=True,
+                           timeout=600)
+        runs = json.load(open(out))["benchmarks"] if os.path.exists(out) else []
+        timed = {r["attn"]["backend"]: r["attn"]["plugin"] for r in runs if not r.get("error_occurred")}
+        record(timed == {"streaming": False, "torch-flash": True}, f"attn-bench: {timed} {p.stderr[-300:]}")
+    CHECKS.finish()
