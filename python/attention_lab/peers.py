@@ -8,11 +8,17 @@ scaled_dot_product_attention with its CPU backend pinned through torch.nn.attent
 The suite's causal mask aligns bottom-right (query i is position i + n_kv - n_q); SDPA's is_causal aligns
 top-left, so for n_q != n_kv the kernels pass torch.nn.attention.bias.causal_lower_right instead. Grouped
 K/V heads go in through enable_gqa, the scale through scale. Each call is PyTorch's own arithmetic in the
-storage type; the accumulation each declares is what PyTorch's CPU kernels use (fp32 for bf16 and fp16).
+storage type. The accumulation each declares is the bound that covers what PyTorch's CPU kernels do: the
+math backend rounds its scores and weights to bf16 / fp16 (declared "storage"); the flash kernel keeps them
+in fp32 but for the weights it casts to bf16 / fp16 before P V (declared fp32, so that its verdict shows it:
+the pre-registered claim torch-flash-narrow-p tests exactly this).
 """
 from attention_lab.bridge import Unsupported, kernel
 
-_STORAGE = {"fp64": "fp64", "fp32": "fp32", "bf16": "fp32", "fp16": "fp32"}
+# The math backend materialises the scores and weights in the storage type (bf16 and fp16 GEMM outputs are
+# rounded to it): the storage-accumulation bound is the one that covers it. Declared fp32 here, its bf16 and
+# fp16 verdicts failed the fp32 bound (attn-lab verify, 2026-12-02).
+_STORAGE = {"fp64": "fp64", "fp32": "fp32", "bf16": "storage", "fp16": "storage"}
 
 
 def _sdpa(backend, q, k, v, scale, causal, bias=None):

@@ -305,9 +305,10 @@ def cmd_plan(args):
     if args.profile not in PROFILES:
         raise SweepError(f"--profile must be one of {', '.join(PROFILES)}, not '{args.profile}'")
     check_binaries()
-    plugins = list(dict.fromkeys(os.path.realpath(p) for p in default_plugins() + args.plugin))
+    plugins = list(dict.fromkeys(p if p.startswith("python:") else os.path.realpath(p)
+                                 for p in default_plugins() + args.plugin))
     for p in plugins:
-        if not os.path.isfile(p):
+        if not p.startswith("python:") and not os.path.isfile(p):
             raise SweepError(f"plugin '{p}': no such file")
     if args.shards is None:  # shards of about max_shard_minutes each
         total = sum(it["seconds"] for it in items(args.profile, [shown(p) for p in plugins]))
