@@ -52,7 +52,7 @@ def check_plan(work):
     checks.record(r2.returncode == 0 and open(os.path.join(folder, "plan.jsonl")).read() == first,
                   "the plan is the same when made twice")
     plan = sweep.read_plan(folder)
-    plugins = [os.path.join(ROOT, p) for p in plan[0]["plugins"]]
+    plugins = [sweep.plugin_arg(p) for p in plan[0]["plugins"]]
     everything = sweep.items("smoke", plan[0]["plugins"])
     for kind in ("bench", "accuracy", "claims", "steps"):
         listed = [x for line in plan for x in line[kind]]
