@@ -31,6 +31,7 @@ d_v) multiply-adds); `attn-lab attend --plugin python:attention_lab.bridge:ident
 An exception in the kernel is one clear error (attend, bench) or one failed cell (verify), never a crash.
 """
 import importlib
+import warnings
 
 import numpy as np
 
@@ -146,7 +147,6 @@ def _from_result(x, store):
 def call(kid, q, k, v, o, lse, options):
     """One call of kernel `kid` on the caller's buffers ((memoryview, dtype, shape, strides) each); None, or
     a string naming what is not supported."""
-    import warnings
     f, d = _KERNELS[kid]
     (qa, store), (ka, _), (va, _) = (_array(*q), _array(*k), _array(*v))
     oa, _ = _array(*o)

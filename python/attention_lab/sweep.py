@@ -46,12 +46,13 @@ import re
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from attention_lab import ROOT, io, module_command, module_env, progress, reports, runs, stats
+from attention_lab import ROOT, history, io, module_command, module_env, progress, reports, runs, stats
 from attention_lab.reports import common as report_common
 
 BENCH = os.path.join(ROOT, "build", "bench", "attn-bench")
@@ -704,7 +705,6 @@ def cmd_merge(args):
             folders.append((fp, folder))
         previous = None
         if args.history_db and len(groups) == 1 and os.path.exists(args.history_db):
-            import history
             run = runs.Run(folders[0][1])
             run.stamp = stamp
             previous = history.previous(history.open_store(args.history_db, create=False), run)
@@ -732,7 +732,6 @@ def cmd_calibrate(args):
     """Rates of the cost model from a run folder: each backend x precision x pass's median FLOP/s (those it did
     not run keep theirs), the adaptive samples' typical count, and each claim's seconds under the run's profile;
     the rest of the model is kept."""
-    import statistics
     run = runs.Run(args.run)
     model = load_model()
     got = {}
