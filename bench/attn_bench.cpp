@@ -88,6 +88,9 @@ struct Profile {
   // The backward in the narrow precisions (attn_bwd bf16, fp16), and the plugins' causal attn_h8 points: rows
   // of the backward and plugins tables, no target's (off in quick).
   bool bwd_narrow = true, plugin_h8_causal = true;
+  // The exact (50-digit) backend in every precision, else in fp64 only (smoke: its other precisions were 24 s of
+  // the smoke profile's 38 s of benchmarks, timed three times in the test suite).
+  bool exact_all_precisions = true;
 };
 
 Profile profile(const std::string& name) {
@@ -140,6 +143,7 @@ Profile profile(const std::string& name) {
     p.var_n = 128;
     p.var_d = 32;
     p.decode_n_kv = {256};
+    p.exact_all_precisions = false;
     return p;
   }
   std::fprintf(stderr, "attn-bench: unknown profile '%s' (smoke, quick, full)\n", name.c_str());
@@ -831,6 +835,7 @@ void register_all(const Profile& prof) {
         for (const Point& pt : s.points(prof, p, b.traits)) {
           // The exact backend only where 50 digits are affordable (not registered beyond: it could not run).
           if (b.traits.exact && backends::reference_cost(pt.shape) > backends::reference_budget) continue;
+          if (b.traits.exact && !prof.exact_all_precisions && p.name != "fp64") continue;
           const std::string name = name_of(s.family, b.name, p.name, pt);
           if (!names.insert(name).second) continue;  // two series may share a point
           benchmark_fields[name] = fields_of(s, b, p, pt);
@@ -919,8 +924,8 @@ int main(int argc, char** argv) {
           "         softcap, sinks, alibi, documents; H = 32 gqa (H_kv = 8) and mha; streaming fp32, bf16; math,\n"
           "         blocked at n = 1024, d = 64) and attn_decode (n_q = 1, n_kv = 1024 ... 32768, H = 32, H_kv = 8,\n"
           "         d = 128; to 131072 in full); full: every precision at\n"
-          "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32 (with --benchmark_min_time=0:\n"
-          "         one iteration each).\n"
+          "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32, the exact backend in fp64 only (with\n"
+          "         --benchmark_min_time=0: one iteration each).\n"
           "  The memory cap defaults to a quarter of RAM.\n\n"
           "examples:\n"
           "  attn-bench --profile smoke --benchmark_min_time=0\n"

@@ -49,8 +49,8 @@ attn_build() {
 }
 
 # The sanitizer build: AddressSanitizer + UndefinedBehaviorSanitizer, the
-# tests scripts/test runs under them (unit, golden, agreement, props with
-# 10 cases per property) and attn-lab, which the golden tests call. -O1 -g1
+# tests scripts/test runs under them (unit, golden but its attn-lab cases,
+# agreement, props with 10 cases per property; tests/cpp/meson.build). -O1 -g1
 # (line tables: stack traces with file and line): 42 s for streaming.cpp
 # against 124 s at -O2 -g, measured; the whole build was 17 minutes at -O2 -g.
 ATTN_ASAN_OPTIONS=(-Db_sanitize=address,undefined -Db_lundef=false --buildtype=plain -Doptimization=1 -Dcpp_args=-g1)
@@ -68,8 +68,7 @@ attn_build_asan() {
   else  # (--reconfigure reads meson_options.txt again: `meson configure` refuses an option added since)
     meson setup --reconfigure build-asan "${ATTN_ASAN_RC[@]}"
   fi
-  meson compile -C build-asan tests/cpp/unit_test tests/cpp/golden_test tests/cpp/agreement_test tests/cpp/props \
-    tools/attn-lab
+  meson compile -C build-asan tests/cpp/unit_test tests/cpp/golden_test tests/cpp/agreement_test tests/cpp/props
 }
 
 # The ThreadSanitizer build: the workers' test alone (tests/cpp/threads_test.cpp: every

@@ -14,7 +14,7 @@ PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pyth
 
 def module_command(module, *args):
     """The command that runs `python3 -m module args...` with this package importable (child processes of a
-    tool: html_page collect, the reports)."""
+    tool: attention_lab.reports collect, the reports)."""
     return [sys.executable, "-m", module, *args]
 
 

@@ -9,7 +9,7 @@ array task, a laptop), and a merge of the shards into one run folder.
 What a sweep runs, as items: every benchmark of the profile (attn-bench
 --names), every accuracy problem (attn-lab accuracy --problems), every claim
 (attn-lab claims --only) and three single steps: the plugins' verdicts
-(attn-lab verify), the entropy study and the page data (html_page.py collect).
+(attn-lab verify), the entropy study and the page data (attention_lab.reports collect).
 Every shard also measures its machine's peaks (attn-lab peak) and records its
 build: a machine type's report is against its own peak.
 
@@ -493,9 +493,9 @@ def shard_steps(line, data):
                                                   os.path.join(data, "claims.json")],
                                        stdout=subprocess.DEVNULL, watch="stderr", on_line=on_claims_line)))
     if "pages" in line["steps"]:
-        steps.append(("pages", "html_page.py collect: heatmaps and explorer reference points",
+        steps.append(("pages", "attention_lab.reports collect: heatmaps and explorer reference points",
                       lambda: (begin("step", "pages"),
-                               run_step("pages", module_command("attention_lab.reports.html_page", "collect", "--attn-lab",
+                               run_step("pages", module_command("attention_lab.reports", "collect", "--attn-lab",
                                                                    LAB, "--data", data), env=module_env()))))
     return steps
 

@@ -15,7 +15,7 @@ INPUTS = ["peak.json", "bench.json", "build.json"]
 # so in its place (the index names the shard).
 SWEEP_INPUTS = ["accuracy.json", "entropy.json", "claims.json"]
 
-# Optional inputs of index.html (python/attention_lab/reports/html_page.py collect writes them).
+# Optional inputs of index.html (python3 -m attention_lab.reports collect writes them).
 PAGE_INPUTS = ["heatmaps.json", "explorer.json"]
 
 # Optional inputs of the reports: attn-lab verify's verdicts (a list), when scripts/run verified plugins.

@@ -1,10 +1,9 @@
-#!/usr/bin/python3
 """The run's index.html: one self-contained page (styles and scripts inline,
 figures as the SVG files beside it; nothing from the network) with every
 report of the run, sortable tables, attention-weight heatmaps and the
 score -> softmax explorer.
 
-    python/attention_lab/reports/html_page.py collect --attn-lab build/tools/attn-lab --data DIR
+    python3 -m attention_lab.reports collect --attn-lab build/tools/attn-lab --data DIR
 
 writes DIR/heatmaps.json and DIR/explorer.json, both computed by attn-lab
 itself (`attn-lab attend --weights/--out` on small problems); report.py then
@@ -353,10 +352,7 @@ def main(argv=None):
     try:
         collect(a.attn_lab, a.data)
     except (PageError, OSError, subprocess.CalledProcessError) as e:
-        print(f"html_page.py: {e}", file=sys.stderr)
+        print(f"attention_lab.reports collect: {e}", file=sys.stderr)
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
