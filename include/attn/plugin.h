@@ -45,8 +45,9 @@
 extern "C" {
 #endif
 
-/* The ABI this header describes; a descriptor with another is refused. */
-#define ATTN_PLUGIN_ABI_VERSION 1u
+/* The ABI this header describes. Version 2 added the optional backward(); a version-1 descriptor (no
+ * backward field) is still loaded, forward only; any other version is refused. */
+#define ATTN_PLUGIN_ABI_VERSION 2u
 
 /* Storage types of Q, K, V and O (all four share one). */
 typedef enum attn_dtype { ATTN_F64 = 0, ATTN_F32 = 1, ATTN_BF16 = 2, ATTN_F16 = 3 } attn_dtype;
@@ -82,6 +83,7 @@ typedef enum attn_accumulate { ATTN_ACC_FP64 = 0, ATTN_ACC_FP32 = 1, ATTN_ACC_ST
 /* outputs and execution */
 #define ATTN_CAP_LSE (1ull << 24)     /* writes the logsumexp when asked */
 #define ATTN_CAP_THREADS (1ull << 25) /* uses attn_options.threads workers */
+#define ATTN_CAP_BACKWARD (1ull << 26) /* has backward() (ABI 2; needs ATTN_CAP_LSE) */
 
 typedef enum attn_mask_kind {
   ATTN_MASK_NONE = 0,
@@ -136,6 +138,13 @@ typedef struct attn_plugin {
    * (indexed by attn_dtype), the ATTN_ACC_BIT()s of the accumulations it runs that type with,
    * e.g. a kernel that computes fp32 storage in fp32 and fp64 in fp64 only. */
   uint8_t accumulate_by_dtype[4];
+  /* ABI 2, optional (ATTN_CAP_BACKWARD, else NULL): the gradients dq, dk, dv of L = sum(d_o * o) for the
+   * forward that run() computed on the same q, k, v and options; o and lse [B, H, n_q] are what that run()
+   * wrote (the logsumexp asked for). d_o has o's shape; dq, dk, dv have q's, k's and v's shapes, all one
+   * dtype; every element of dq, dk and dv is written. Not called with sinks or a bias's gradient. */
+  attn_status (*backward)(const attn_tensor* q, const attn_tensor* k, const attn_tensor* v, const attn_tensor* o,
+                          const double* lse, const attn_tensor* d_o, const attn_options* options, attn_tensor* dq,
+                          attn_tensor* dk, attn_tensor* dv, char* error, size_t error_size);
 } attn_plugin;
 
 /* The one symbol a plugin library exports. */

@@ -127,22 +127,31 @@ PyObject* doubles(const double* p, std::int64_t count) {
   return t;
 }
 
-attn_status run(const Kernel& k, const attn_tensor* q, const attn_tensor* kt, const attn_tensor* v,
-                const attn_options* o, attn_tensor* out, double* lse, char* error, std::size_t error_size) {
-  PyGILState_STATE gil = PyGILState_Ensure();
-  const std::int64_t B = q->shape[0], H = q->shape[1], n_q = q->shape[2], n_kv = kt->shape[2];
+// The options as attention_lab.bridge takes them (a dict), or nullptr (a Python error pending).
+PyObject* options_dict(const attn_options* o, std::int64_t H, std::int64_t n_q, std::int64_t n_kv) {
   PyObject* options = Py_BuildValue(
       "{s:d,s:i,s:i,s:L,s:d,s:N,s:N,s:i}", "scale", o->scale, "accumulate", int(o->accumulate), "mask", int(o->mask),
       "window", (long long)o->window, "softcap", o->softcap, "sinks", doubles(o->sinks, H), "alibi_slopes",
       doubles(o->alibi_slopes, H), "threads", int(o->threads));
   if (options && o->mask == ATTN_MASK_BIAS) PyDict_SetItemString(options, "bias", doubles(o->bias, n_q * n_kv));
-  PyObject* lse_view = lse ? PyMemoryView_FromMemory(reinterpret_cast<char*>(lse),
-                                                     Py_ssize_t(B * H * n_q * sizeof(double)), PyBUF_WRITE)
-                           : (Py_INCREF(Py_None), Py_None);
-  PyObject* args = options ? Py_BuildValue("(iNNNNNN)", k.id, tensor_args(*q, false), tensor_args(*kt, false),
-                                           tensor_args(*v, false), tensor_args(*out, true), lse_view, options)
-                           : nullptr;
-  PyObject* result = args ? call_bridge("call", args) : nullptr;
+  return options;
+}
+
+// The caller's [B, H, n_q] logsumexp as a memoryview (None for NULL).
+PyObject* lse_view(const double* lse, const attn_tensor& q, bool writable) {
+  if (!lse) Py_RETURN_NONE;
+  return PyMemoryView_FromMemory(reinterpret_cast<char*>(const_cast<double*>(lse)),
+                                 Py_ssize_t(q.shape[0] * q.shape[1] * q.shape[2] * sizeof(double)),
+                                 writable ? PyBUF_WRITE : PyBUF_READ);
+}
+
+// attention_lab.bridge.FUNCTION(args) under the GIL (args built here, under it too) as the ABI's status:
+// None is ATTN_OK, a string ATTN_UNSUPPORTED with it as the message, an exception ATTN_ERROR with its line.
+template <class Build>
+attn_status bridge_status(const char* function, Build&& build_args, char* error, std::size_t error_size) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* args = build_args();
+  PyObject* result = args ? call_bridge(function, args) : nullptr;
   Py_XDECREF(args);
   attn_status status = ATTN_OK;
   if (!result) {
@@ -157,18 +166,53 @@ attn_status run(const Kernel& k, const attn_tensor* q, const attn_tensor* kt, co
   return status;
 }
 
-// The run functions of the descriptors: one per slot, since the ABI's run takes no kernel handle.
+attn_status run(const Kernel& k, const attn_tensor* q, const attn_tensor* kt, const attn_tensor* v,
+                const attn_options* o, attn_tensor* out, double* lse, char* error, std::size_t error_size) {
+  return bridge_status("call", [&]() -> PyObject* {
+    PyObject* options = options_dict(o, q->shape[1], q->shape[2], kt->shape[2]);
+    return options ? Py_BuildValue("(iNNNNNN)", k.id, tensor_args(*q, false), tensor_args(*kt, false),
+                                   tensor_args(*v, false), tensor_args(*out, true), lse_view(lse, *q, true), options)
+                   : nullptr;
+  }, error, error_size);
+}
+
+attn_status backward(const Kernel& k, const attn_tensor* q, const attn_tensor* kt, const attn_tensor* v,
+                     const attn_tensor* out, const double* lse, const attn_tensor* d_out, const attn_options* o,
+                     attn_tensor* dq, attn_tensor* dk, attn_tensor* dv, char* error, std::size_t error_size) {
+  return bridge_status("backward", [&]() -> PyObject* {
+    PyObject* options = options_dict(o, q->shape[1], q->shape[2], kt->shape[2]);
+    return options ? Py_BuildValue("(iNNNNNNNNNN)", k.id, tensor_args(*q, false), tensor_args(*kt, false),
+                                   tensor_args(*v, false), tensor_args(*out, false), lse_view(lse, *q, false),
+                                   tensor_args(*d_out, false), tensor_args(*dq, true), tensor_args(*dk, true),
+                                   tensor_args(*dv, true), options)
+                   : nullptr;
+  }, error, error_size);
+}
+
+// The run and backward functions of the descriptors: one per slot, since the ABI's functions take no kernel
+// handle.
 template <int Slot>
 attn_status run_slot(const attn_tensor* q, const attn_tensor* k, const attn_tensor* v, const attn_options* o,
                      attn_tensor* out, double* lse, char* error, std::size_t error_size) {
   return run(*kernels[Slot], q, k, v, o, out, lse, error, error_size);
 }
+template <int Slot>
+attn_status backward_slot(const attn_tensor* q, const attn_tensor* k, const attn_tensor* v, const attn_tensor* out,
+                          const double* lse, const attn_tensor* d_out, const attn_options* o, attn_tensor* dq,
+                          attn_tensor* dk, attn_tensor* dv, char* error, std::size_t error_size) {
+  return backward(*kernels[Slot], q, k, v, out, lse, d_out, o, dq, dk, dv, error, error_size);
+}
 template <int... S>
 constexpr auto make_slots(std::integer_sequence<int, S...>) {
   return std::array<decltype(&run_slot<0>), sizeof...(S)>{&run_slot<S>...};
 }
+template <int... S>
+constexpr auto make_backward_slots(std::integer_sequence<int, S...>) {
+  return std::array<decltype(&backward_slot<0>), sizeof...(S)>{&backward_slot<S>...};
+}
 constexpr int max_kernels = 32;
 constexpr auto slots = make_slots(std::make_integer_sequence<int, max_kernels>{});
+constexpr auto backward_slots = make_backward_slots(std::make_integer_sequence<int, max_kernels>{});
 
 }  // namespace
 
@@ -218,6 +262,7 @@ const attn_plugin* attn_python_kernel(const char* spec, char* error, size_t erro
         Py_XDECREF(bits);
       }
       k->descriptor.run = slots[kernels.size()];
+      if (capabilities & ATTN_CAP_BACKWARD) k->descriptor.backward = backward_slots[kernels.size()];
       kernels.push_back(std::move(k));
       found = &kernels.back()->descriptor;
     }

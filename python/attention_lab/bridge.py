@@ -3,7 +3,8 @@
 `--plugin python:MODULE:FUNCTION`.
 
 A kernel is a function f(q, k, v, **options) -> out, or (out, lse) where it returns the logsumexp,
-declared with @kernel:
+declared with @kernel (and, where it has one, its backward g(q, k, v, out, lse, d_out, **options) ->
+(dq, dk, dv) given the forward's out and logsumexp: what attn-bench's backward families time):
 
     from attention_lab.bridge import kernel
 
@@ -17,7 +18,8 @@ the storage itself); framework: what q, k, v are ("numpy": arrays viewing the ca
 "torch": tensors viewing them through torch.from_numpy, bf16 through a bit view; no copy either way);
 masks: causal, window, keypad, bool, bias (none is always taken); variants: gqa, softcap, sinks, alibi;
 lse: it returns (out, lse) when options["need_lse"]; threads: it honours options["threads"] (the
-bridge sets torch's thread count for torch kernels). The caller asks only for what is declared.
+bridge sets torch's thread count for torch kernels); backward: the function g above (it needs lse). The
+caller asks only for what is declared.
 
 The options: scale (resolved), causal (bool: the suite's bottom-right alignment, query i is position
 i + n_kv - n_q), window (int, causal and the last `window` keys), key_lengths ([B]), allowed ([n_q, n_kv]
@@ -42,7 +44,7 @@ CAPABILITIES = {"fp64": 1 << 0, "fp32": 1 << 1, "bf16": 1 << 2, "fp16": 1 << 3,
                 "acc_fp64": 1 << 4, "acc_fp32": 1 << 5, "acc_storage": 1 << 6,
                 "causal": 1 << 8, "window": 1 << 9, "keypad": 1 << 10, "bool": 1 << 11, "bias": 1 << 12,
                 "gqa": 1 << 16, "softcap": 1 << 17, "sinks": 1 << 18, "alibi": 1 << 19, "segments": 1 << 20,
-                "lse": 1 << 24, "threads": 1 << 25}
+                "lse": 1 << 24, "threads": 1 << 25, "backward": 1 << 26}
 MASKS = {0: "none", 1: "causal", 2: "window", 3: "keypad", 4: "bool", 5: "bias"}
 _NUMPY = {"fp64": np.float64, "fp32": np.float32, "bf16": np.uint16, "fp16": np.float16}
 _ITEM = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2}
@@ -57,12 +59,13 @@ class Unsupported(Exception):
     needs d_k = d_v, say): the call is reported "not supported", never a failure or a pass."""
 
 
-def kernel(*, name, description, storage, framework="numpy", masks=(), variants=(), lse=False, threads=False):
+def kernel(*, name, description, storage, framework="numpy", masks=(), variants=(), lse=False, threads=False,
+           backward=None):
     """Declares a Python function an attention-lab kernel (see the module's docstring)."""
     def declare(f):
         f.attn_kernel = {"name": name, "description": description, "storage": dict(storage),
                          "framework": framework, "masks": tuple(masks), "variants": tuple(variants),
-                         "lse": bool(lse), "threads": bool(threads)}
+                         "lse": bool(lse), "threads": bool(threads), "backward": backward}
         return f
     return declare
 
@@ -97,6 +100,8 @@ def _declaration(spec):
             raise KernelError(f"python:{spec}: unknown {unknown} in its declaration")
     if d["framework"] not in ("numpy", "torch"):
         raise KernelError(f"python:{spec}: framework {d['framework']!r} (numpy or torch)")
+    if d.get("backward") is not None and (not callable(d["backward"]) or not d["lse"]):
+        raise KernelError(f"python:{spec}: backward must be a function, and needs lse=True (it takes the logsumexp)")
     return f, d
 
 
@@ -111,6 +116,7 @@ def describe(spec):
     for w in d["masks"] + d["variants"]:
         caps |= CAPABILITIES[w]
     caps |= (CAPABILITIES["lse"] if d["lse"] else 0) | (CAPABILITIES["threads"] if d["threads"] else 0)
+    caps |= CAPABILITIES["backward"] if d.get("backward") is not None else 0
     _KERNELS.append((f, d))
     return len(_KERNELS) - 1, d["name"], d["description"], caps, tuple(by_dtype)
 
@@ -144,6 +150,35 @@ def _from_result(x, store):
     return x
 
 
+def _keywords(options, n_q, n_kv, need_lse):
+    """The kernel's keyword arguments from the ABI's options; None where the bridge cannot pass the mask."""
+    mask = MASKS[options["mask"]]
+    if mask not in ("none", "causal", "window", "bias"):
+        return None
+    kw = {"scale": options["scale"], "causal": mask == "causal", "threads": options["threads"],
+          "need_lse": need_lse, "softcap": options["softcap"] or None,
+          "sinks": None if options["sinks"] is None else np.array(options["sinks"]),
+          "alibi_slopes": None if options["alibi_slopes"] is None else np.array(options["alibi_slopes"])}
+    if mask == "window":
+        kw["window"] = options["window"]
+    if mask == "bias":
+        kw["bias"] = np.array(options["bias"]).reshape(n_q, n_kv)
+    return kw
+
+
+def _framework(d, options, store, arrays):
+    """The arrays as the kernel takes them: NumPy views, or torch tensors viewing them (torch's thread count
+    set first when the kernel honours threads)."""
+    if d["framework"] != "torch":
+        return arrays
+    import torch
+    if d["threads"]:
+        torch.set_num_threads(int(options["threads"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only buffer
+        return [_to_torch(a, store) for a in arrays]
+
+
 def call(kid, q, k, v, o, lse, options):
     """One call of kernel `kid` on the caller's buffers ((memoryview, dtype, shape, strides) each); None, or
     a string naming what is not supported."""
@@ -151,25 +186,10 @@ def call(kid, q, k, v, o, lse, options):
     (qa, store), (ka, _), (va, _) = (_array(*q), _array(*k), _array(*v))
     oa, _ = _array(*o)
     B, H, n_q, _ = qa.shape
-    n_kv = ka.shape[2]
-    mask = MASKS[options["mask"]]
-    kw = {"scale": options["scale"], "causal": mask == "causal", "threads": options["threads"],
-          "need_lse": lse is not None, "softcap": options["softcap"] or None,
-          "sinks": None if options["sinks"] is None else np.array(options["sinks"]),
-          "alibi_slopes": None if options["alibi_slopes"] is None else np.array(options["alibi_slopes"])}
-    if mask == "window":
-        kw["window"] = options["window"]
-    if mask == "bias":
-        kw["bias"] = np.array(options["bias"]).reshape(n_q, n_kv)
-    if mask not in ("none", "causal", "window", "bias"):
-        return f"mask {mask} through the bridge"
-    if d["framework"] == "torch":
-        import torch
-        if d["threads"]:
-            torch.set_num_threads(int(options["threads"]))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only buffer
-            qa, ka, va = (_to_torch(a, store) for a in (qa, ka, va))
+    kw = _keywords(options, n_q, ka.shape[2], lse is not None)
+    if kw is None:
+        return f"mask {MASKS[options['mask']]} through the bridge"
+    qa, ka, va = _framework(d, options, store, [qa, ka, va])
     try:
         result = f(qa, ka, va, **kw)
     except Unsupported as e:
@@ -184,4 +204,38 @@ def call(kid, q, k, v, o, lse, options):
             raise KernelError("the kernel returned no logsumexp though it declares lse")
         got = got_lse.detach().double().numpy() if hasattr(got_lse, "detach") else np.asarray(got_lse, np.float64)
         np.copyto(np.ndarray((B, H, n_q), dtype=np.float64, buffer=lse), got.reshape(B, H, n_q))
+    return None
+
+
+def backward(kid, q, k, v, o, lse, d_out, dq, dk, dv, options):
+    """One backward call of kernel `kid`: its declared backward on the caller's q, k, v, the forward's out and
+    logsumexp and d_out, the gradients copied into the caller's dq, dk, dv; None, or what is not supported."""
+    f, d = _KERNELS[kid]
+    if d.get("backward") is None:
+        raise KernelError(f"{d['name']} declares no backward")
+    (qa, store), (ka, _), (va, _), (oa, _), (ga, _) = (_array(*t) for t in (q, k, v, o, d_out))
+    targets = [_array(*t)[0] for t in (dq, dk, dv)]
+    B, H, n_q, _ = qa.shape
+    kw = _keywords(options, n_q, ka.shape[2], False)
+    if kw is None:
+        return f"mask {MASKS[options['mask']]} through the bridge"
+    la = np.ndarray((B, H, n_q), dtype=np.float64, buffer=lse)
+    qa, ka, va, oa, ga = _framework(d, options, store, [qa, ka, va, oa, ga])
+    if d["framework"] == "torch":
+        import torch
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only buffer
+            la = torch.from_numpy(la)
+    try:
+        grads = d["backward"](qa, ka, va, oa, la, ga, **kw)
+    except Unsupported as e:
+        return str(e)
+    if not isinstance(grads, (tuple, list)) or len(grads) != 3:
+        raise KernelError("the kernel's backward returned no (dq, dk, dv)")
+    for got, target, name in zip(grads, targets, ("dq", "dk", "dv")):
+        got = _from_result(got, store)
+        if got.shape != target.shape:
+            raise KernelError(f"the kernel's backward returned {name} of shape {tuple(got.shape)}, not "
+                              f"{tuple(target.shape)}")
+        np.copyto(target, got)
     return None

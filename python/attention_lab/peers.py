@@ -46,9 +46,40 @@ def torch_math(q, k, v, *, scale, causal, bias=None, **_):
     return _sdpa(SDPBackend.MATH, q, k, v, scale, causal, bias)
 
 
+def _flash_operands(q, k, v, causal):
+    """K and V with their heads repeated for grouped queries (the aten entry points take no enable_gqa), the
+    bottom-right causal mask as an additive mask where n_q != n_kv, and is_causal: what both aten calls take."""
+    import torch
+    n_q, n_kv, g = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
+    if g > 1:
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    mask = None
+    if causal and n_q != n_kv:
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(n_q, n_kv)._materialize(q.device)
+        mask = torch.where(mask, 0.0, float("-inf")).to(q.dtype)
+    return k, v, mask, causal and n_q == n_kv
+
+
+def _torch_flash_backward(q, k, v, out, lse, d_out, *, scale, causal, **_):
+    """The CPU flash kernel's own backward (aten._scaled_dot_product_flash_attention_for_cpu_backward) on the
+    forward's out and logsumexp: what autograd runs for it, without the graph. Grouped K/V heads: the
+    repeated heads' gradients summed in fp32, then rounded once to the storage type."""
+    import torch
+    g = q.shape[1] // k.shape[1]
+    k2, v2, mask, is_causal = _flash_operands(q, k, v, causal)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32  # the forward's logsumexp type
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        d_out, q, k2, v2, out, lse.to(acc), 0.0, is_causal, attn_mask=mask, scale=scale)
+    if g > 1:
+        dk, dv = (t.to(acc).unflatten(1, (-1, g)).sum(2).to(q.dtype) for t in (dk, dv))
+    return dq, dk, dv
+
+
 @kernel(name="torch-flash", description="PyTorch SDPA, CPU flash kernel (sdpa_kernel FLASH_ATTENTION), logsumexp "
-        "from aten._scaled_dot_product_flash_attention_for_cpu", storage=_STORAGE,
-        framework="torch", masks=("causal",), variants=("gqa",), lse=True, threads=True)
+        "from aten._scaled_dot_product_flash_attention_for_cpu, backward by its _backward", storage=_STORAGE,
+        framework="torch", masks=("causal",), variants=("gqa",), lse=True, threads=True,
+        backward=_torch_flash_backward)
 def torch_flash(q, k, v, *, scale, causal, need_lse=False, **_):
     import torch
     from torch.nn.attention import SDPBackend
@@ -56,14 +87,7 @@ def torch_flash(q, k, v, *, scale, causal, need_lse=False, **_):
         raise Unsupported("d_k != d_v: PyTorch's CPU flash kernel takes one head size for Q, K and V")
     if not need_lse:
         return _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, scale, causal)
-    n_q, n_kv, g = q.shape[2], k.shape[2], q.shape[1] // k.shape[1]
-    if g > 1:  # the aten entry point takes no enable_gqa: the K/V heads repeated
-        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
-    mask = None
-    if causal and n_q != n_kv:
-        from torch.nn.attention.bias import causal_lower_right
-        mask = causal_lower_right(n_q, n_kv)._materialize(q.device)
-        mask = torch.where(mask, 0.0, float("-inf")).to(q.dtype)
+    k, v, mask, is_causal = _flash_operands(q, k, v, causal)
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, causal and n_q == n_kv, attn_mask=mask, scale=scale)
+        q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale)
     return out, lse

@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import metadata
 
 from attention_lab import ROOT, history, io, module_command, module_env, progress, reports, runs, stats
 from attention_lab.reports import common as report_common
@@ -333,14 +334,24 @@ def shard_path(folder, i):
     return os.path.join(folder, "shards", f"shard-{i:04d}.json")
 
 
+# The project environment's packages a run's figures depend on (the peers' PyTorch among them), by name.
+PYTHON_PACKAGES = ("torch", "numpy", "scipy", "matplotlib")
+
+
 def build_info(line):
-    """The report's build.json for a shard: the plan's build (compiler, flags, commit) and the library versions
-    installed on this node (the ones the binary loads here)."""
+    """The report's build.json for a shard: the plan's build (compiler, flags, commit), the library versions
+    installed on this node (the ones the binary loads here) and the project environment's package versions."""
     pkgs = ["libxtensor-dev", "libxtensor-blas-dev", "libxsimd-dev", "libopenblas0-pthread", "libbenchmark-dev",
-            "librapidcheck-dev", "libboost-dev", "python3-matplotlib"]
+            "librapidcheck-dev", "libboost-dev"]
     r = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version}, "] + pkgs, capture_output=True, text=True)
+    python = {}
+    for name in PYTHON_PACKAGES:
+        try:
+            python[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            python[name] = "not installed"
     return {**line["build"], "libraries": r.stdout.strip().rstrip(",") if r.returncode == 0 else "unknown",
-            "commit": line["commit"]}
+            "python_packages": python, "commit": line["commit"]}
 
 
 class StepFailed(Exception):

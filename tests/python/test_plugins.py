@@ -103,7 +103,7 @@ def test_plugins():
         twin = os.path.join(work, "libtwin.so")
         shutil.copy(EXAMPLE, twin)
         lab(["list", "--plugin", EXAMPLE, "--plugin", twin], 2, contains=["'example' is registered already", EXAMPLE])
-    lab(["list", "--plugin", BAD_ABI], 2, contains=["ABI version 999", "loads version 1"])
+    lab(["list", "--plugin", BAD_ABI], 2, contains=["ABI version 999", "loads versions 1 and 2"])
     bad = ["--precision", "fp64", "--check"]
     lab(mha_problem("--backend", "bad-error", "--plugin", BAD_ERROR, *bad), 2,
         contains=["backend 'bad-error' failed: bad-error: refuses every call (n_q = 37)"])

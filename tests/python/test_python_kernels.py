@@ -8,7 +8,11 @@ plugins/python/python_bridge.cpp), end to end through attn-lab and attn-bench:
     is_causal alone, which must exceed its bound);
   - a kernel that raises, returns the wrong shape or dtype, is not declared, or names no module is one clear
     error line (exit 2), never a crash; a kernel's Unsupported is "not supported";
-  - attn-bench times a Python kernel beside the built-in backends, its schema fields marking it a plugin.
+  - attn-bench times a Python kernel beside the built-in backends, its schema fields marking it a plugin;
+  - a declared backward (ABI 2): torch-flash's gradients pass `attend --backward --check` (causal, grouped K/V
+    heads, fp32 and bf16) and attn-bench times its backward alone; a backward that ignores the causal mask
+    must exceed its gradient bounds; a backward that raises, or one declared without the logsumexp, is one
+    clear error.
 """
 import json
 import os
@@ -50,6 +54,29 @@ def top_left(q, k, v, *, scale, causal, **_):
 
 def undeclared(q, k, v, **_):
     return v
+
+from attention_lab import peers
+
+def _unmasked_backward(q, k, v, out, lse, d_out, *, scale, causal, **_):
+    return peers._torch_flash_backward(q, k, v, out, lse, d_out, scale=scale, causal=False)
+
+@kernel(name="unmasked-backward", description="torch-flash, backward without the causal mask",
+        storage={"fp64": "fp64"}, framework="torch", masks=("causal",), lse=True, backward=_unmasked_backward)
+def unmasked_backward(q, k, v, **kw):
+    return peers.torch_flash(q, k, v, **kw)
+
+def _raising_backward(*_, **__):
+    raise RuntimeError("a deliberate backward failure")
+
+@kernel(name="raising-backward", description="torch-flash, backward raising", storage={"fp64": "fp64"},
+        framework="torch", lse=True, backward=_raising_backward)
+def raising_backward(q, k, v, **kw):
+    return peers.torch_flash(q, k, v, **kw)
+
+@kernel(name="no-lse-backward", description="a backward without the logsumexp", storage={"fp64": "fp64"},
+        backward=_raising_backward)
+def no_lse_backward(q, k, v, **_):
+    return v
 '''
 
 
@@ -70,7 +97,8 @@ def test_python_kernels():
     names = {"F64": "fp64", "F32": "fp32", "BF16": "bf16", "F16": "fp16", "ACC_FP64": "acc_fp64",
              "ACC_FP32": "acc_fp32", "ACC_STORAGE": "acc_storage", "CAUSAL": "causal", "WINDOW": "window",
              "KEY_PADDING": "keypad", "BOOLEAN": "bool", "BIAS": "bias", "GQA": "gqa", "SOFTCAP": "softcap",
-             "SINKS": "sinks", "ALIBI": "alibi", "SEGMENTS": "segments", "LSE": "lse", "THREADS": "threads"}
+             "SINKS": "sinks", "ALIBI": "alibi", "SEGMENTS": "segments", "LSE": "lse", "THREADS": "threads",
+             "BACKWARD": "backward"}
     record(bits and all(CAPABILITIES[names[k]] == 1 << v for k, v in bits.items()),
            f"bridge capability bits = plugin.h's: {bits}")
 
@@ -84,6 +112,14 @@ def test_python_kernels():
                  "--precision", "fp32", "--check"])
         record(p.returncode == 0 and "within" in p.stdout, f"attend --check {name}: exit {p.returncode} "
                                                            f"{p.stdout[-400:]} {p.stderr[-300:]}")
+    # torch-flash's backward (its aten kernel) against the suite's gradient bounds.
+    for precision, acc in (("fp32", "fp32"), ("bf16", "storage")):  # (bf16: the weights rounded, peers.py)
+        p = lab(["attend", "--random", "2,4,37,53,16,16,2", "--mask", "causal", "--plugin",
+                 "python:attention_lab.peers:torch_flash", "--backend", "torch-flash", "--precision", precision,
+                 "--accumulate", acc, "--backward", "--check"])
+        record(p.returncode == 0 and "dk " in p.stdout and "EXCEEDED" not in p.stdout,
+               f"attend --backward --check torch-flash {precision}: exit {p.returncode} {p.stdout[-600:]} "
+               f"{p.stderr[-300:]}")
 
     with tempfile.TemporaryDirectory() as work:
         with open(os.path.join(work, "broken_kernels.py"), "w") as f:
@@ -107,6 +143,23 @@ def test_python_kernels():
         p = lab(["attend", "--random", "1,2,40,40,8,8", "--mask", "causal", "--precision", "fp64", "--plugin",
                  "python:broken_kernels:top_left", "--backend", "top-left", "--check"], env=env)
         record(p.returncode == 0, f"top-left causal agrees on n_q = n_kv: exit {p.returncode}")
+        # Backward: a kernel whose gradients ignore the causal mask is caught; one that raises, or declares a
+        # backward without the logsumexp, is one error.
+        p = lab(["attend", "--random", "1,2,24,24,8,8", "--mask", "causal", "--precision", "fp64", "--plugin",
+                 "python:broken_kernels:unmasked_backward", "--backend", "unmasked-backward", "--backward", "--check"],
+                env=env)
+        record(p.returncode == 1 and "EXCEEDED" in p.stdout, f"unmasked backward caught: exit {p.returncode} "
+                                                             f"{p.stdout[-500:]} {p.stderr[-300:]}")
+        p = lab(["attend", "--random", "1,2,24,24,8,8", "--precision", "fp64", "--plugin",
+                 "python:broken_kernels:unmasked_backward", "--backend", "unmasked-backward", "--backward", "--check"],
+                env=env)
+        record(p.returncode == 0, f"the same backward without a mask passes: exit {p.returncode} {p.stderr[-300:]}")
+        p = lab(base + ["--plugin", "python:broken_kernels:raising_backward", "--backend", "raising-backward",
+                        "--backward"], env=env)
+        record(one_error(p, "RuntimeError", "a deliberate backward failure"),
+               f"raising backward: exit {p.returncode}, stderr {p.stderr.strip()!r}")
+        p = lab(base + ["--plugin", "python:broken_kernels:no_lse_backward"], env=env)
+        record(one_error(p, "needs lse=True"), f"backward without lse: exit {p.returncode}, stderr {p.stderr.strip()!r}")
 
         # attn-bench: a Python kernel timed beside ours, marked a plugin in the schema.
         out = os.path.join(work, "b.json")
@@ -117,4 +170,12 @@ def test_python_kernels():
         runs = json.load(open(out))["benchmarks"] if os.path.exists(out) else []
         timed = {r["attn"]["backend"]: r["attn"]["plugin"] for r in runs if not r.get("error_occurred")}
         record(timed == {"streaming": False, "torch-flash": True}, f"attn-bench: {timed} {p.stderr[-300:]}")
+        p = subprocess.run([ATTN_BENCH, "--profile", "smoke", "--benchmark_min_time=0", "--plugin",
+                            "python:attention_lab.peers:torch_flash", "--benchmark_filter=^attn_bwd/(streaming|torch-flash)/fp32/causal:0/threads:1/",
+                            "--benchmark_out=" + out, "--benchmark_out_format=json"], capture_output=True, text=True,
+                           timeout=600)
+        runs = json.load(open(out))["benchmarks"] if os.path.exists(out) else []
+        timed = {(r["attn"]["backend"], r["attn"]["pass"]) for r in runs if not r.get("error_occurred")}
+        record(("torch-flash", "backward") in timed and ("streaming", "backward") in timed,
+               f"attn-bench times torch-flash's backward: {sorted(timed)} {p.stderr[-300:]}")
     CHECKS.finish()

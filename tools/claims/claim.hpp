@@ -124,6 +124,11 @@ double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);
 
 // True when cfg can measure the heap; otherwise sets v inconclusive, saying why.
 bool heap_measurable(const Config& cfg, Verdict& v);
+
+// An outside kernel, a peer of attention_lab.peers loaded through the Python bridge ("torch_flash":
+// load_plugin("python:attention_lab.peers:torch_flash")); nullptr, with v inconclusive saying why, when it
+// cannot load here (the bridge not built, PyTorch missing from the project's environment).
+const BackendInfo* peer_backend(const std::string& function, Verdict& v);
 Json to_json(const Claim& c, const Verdict& v, double seconds);
 
 }  // namespace attn::claims

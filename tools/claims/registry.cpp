@@ -3,6 +3,7 @@
 #include <cmath>
 #include <random>
 
+#include "attn/registry/plugin.hpp"
 #include "claims/claim.hpp"
 #include "ledger_json.hpp"
 
@@ -146,6 +147,16 @@ bool heap_measurable(const Config& cfg, Verdict& v) {
   v.outcome = Outcome::inconclusive;
   v.why = "no heap measurement available (run from attn-lab, which links the counting allocator)";
   return false;
+}
+
+const BackendInfo* peer_backend(const std::string& function, Verdict& v) {
+  try {
+    return &backend_info(load_plugin("python:attention_lab.peers:" + function).at(0));
+  } catch (const Error& e) {
+    v.outcome = Outcome::inconclusive;
+    v.why = std::string("the peer could not be loaded: ") + e.what();
+    return nullptr;
+  }
 }
 
 Json to_json(const Claim& c, const Verdict& v, double seconds) {

@@ -38,7 +38,7 @@ constexpr std::array kFlags = {
     Flag{ATTN_CAP_GQA, "gqa"},           Flag{ATTN_CAP_SOFTCAP, "softcap"},
     Flag{ATTN_CAP_SINKS, "sinks"},       Flag{ATTN_CAP_ALIBI, "alibi"},
     Flag{ATTN_CAP_SEGMENTS, "segments"}, Flag{ATTN_CAP_LSE, "lse"},
-    Flag{ATTN_CAP_THREADS, "threads"},
+    Flag{ATTN_CAP_THREADS, "threads"},   Flag{ATTN_CAP_BACKWARD, "backward"},
 };
 
 unsigned long long storage_flag(std::string_view precision) {
@@ -93,12 +93,25 @@ std::string missing_capability(const attn_plugin& k, const PrecisionInfo& p, Acc
   if (opt.segments) need(ATTN_CAP_SEGMENTS, "documents");
   if (opt.need_lse) need(ATTN_CAP_LSE, "the logsumexp");
   if (opt.need_weights) missing.push_back("the weights (a plugin returns the output and the logsumexp)");
-  if (opt.need_dbias) missing.push_back("a backward pass");
+  if (opt.need_dbias) missing.push_back("the bias's gradient");
   if (missing.empty()) return "";
   std::string why = "backend '" + std::string(k.name) + "' does not support ";
   for (std::size_t i = 0; i < missing.size(); ++i)
     why += (i == 0 ? "" : i + 1 == missing.size() ? " and " : ", ") + missing[i];
   return why + " (it claims: " + plugin_capability_names(k) + ")";
+}
+
+// Whether a kernel has a backward pass: ABI 2 or later (a version-1 descriptor ends before the field) with
+// ATTN_CAP_BACKWARD.
+bool has_backward(const attn_plugin& k) {
+  return k.abi_version >= 2 && (k.capabilities & ATTN_CAP_BACKWARD) && k.backward;
+}
+
+// A backward pass claimed without its function, or without the logsumexp it takes: one clear error.
+void check_backward_claim(const attn_plugin& k, const std::string& which) {
+  if (k.abi_version >= 2 && (k.capabilities & ATTN_CAP_BACKWARD) && (!k.backward || !(k.capabilities & ATTN_CAP_LSE)))
+    throw Error(which + " ('" + k.name + "') claims a backward pass without " +
+                (k.backward ? "the logsumexp (ATTN_CAP_LSE), which backward() takes" : "a backward function"));
 }
 
 // A contiguous [a, b, c, d] tensor as the ABI's strided view.
@@ -156,15 +169,7 @@ class PluginCall final : public PreparedCall {
   void call() override {
     attn_tensor q = abi_view(in_.q), k = abi_view(in_.k), v = abi_view(in_.v), o = abi_view(out_);
     std::array<char, 512> error{};
-    const attn_status status =
-        k_.run(&q, &k, &v, &c_, &o, lse_ ? lse_->data() : nullptr, error.data(), error.size());
-    error.back() = '\0';
-    if (status == ATTN_OK) return;
-    const std::string what = "backend '" + std::string(k_.name) + "' " +
-                             (status == ATTN_UNSUPPORTED ? "does not support this call: " : "failed: ") +
-                             (error[0] ? error.data() : "(no message)");
-    if (status == ATTN_UNSUPPORTED) throw Unsupported(what);
-    throw Error(what);
+    check(k_.run(&q, &k, &v, &c_, &o, lse_ ? lse_->data() : nullptr, error.data(), error.size()), error, "");
   }
   void release_workspace() override {}
   xt::xtensor<double, 4> out() const override { return convert_tensor<double>(out_); }
@@ -176,17 +181,55 @@ class PluginCall final : public PreparedCall {
       if (!std::isfinite(static_cast<double>(x))) return false;
     return true;
   }
-  void prepare_backward(const xt::xtensor<double, 4>&) override { no_backward(); }
-  void call_backward() override { no_backward(); }
-  void call_forward_backward() override { no_backward(); }
+  // The backward (ABI 2, ATTN_CAP_BACKWARD): the forward with its logsumexp once here, untimed; then
+  // call_backward() is the kernel's backward() alone on that forward's O and logsumexp.
+  void prepare_backward(const xt::xtensor<double, 4>& d_out) override {
+    if (!has_backward(k_)) no_backward("it has no backward pass");
+    if (opt_.sinks) no_backward("the sinks' gradient does not cross the plugin ABI");
+    d_out_ = convert_tensor<S>(d_out);
+    if (!lse_) lse_ = xt::xtensor<double, 3>::from_shape({shape_.batch, shape_.heads, shape_.n_q});
+    call();
+    dq_ = xt::xtensor<S, 4>::from_shape(in_.q.shape());
+    dk_ = xt::xtensor<S, 4>::from_shape(in_.k.shape());
+    dv_ = xt::xtensor<S, 4>::from_shape(in_.v.shape());
+  }
+  void call_backward() override {
+    if (d_out_.size() == 0) throw Error("call_backward() before prepare_backward()");
+    attn_tensor q = abi_view(in_.q), k = abi_view(in_.k), v = abi_view(in_.v), o = abi_view(out_),
+                d_o = abi_view(d_out_), dq = abi_view(dq_), dk = abi_view(dk_), dv = abi_view(dv_);
+    std::array<char, 512> error{};
+    check(k_.backward(&q, &k, &v, &o, lse_->data(), &d_o, &c_, &dq, &dk, &dv, error.data(), error.size()), error,
+          "backward");
+  }
+  void call_forward_backward() override {
+    call();
+    call_backward();
+  }
   void release_backward_workspace() override {}
-  Gradients<double> gradients() const override { return no_backward(), Gradients<double>{}; }
-  xt::xtensor<double, 4> rounded_d_out() const override { return no_backward(), xt::xtensor<double, 4>{}; }
+  Gradients<double> gradients() const override {
+    Gradients<double> g;
+    g.dq = convert_tensor<double>(dq_);
+    g.dk = convert_tensor<double>(dk_);
+    g.dv = convert_tensor<double>(dv_);
+    return g;
+  }
+  xt::xtensor<double, 4> rounded_d_out() const override { return convert_tensor<double>(d_out_); }
 
  private:
-  [[noreturn]] void no_backward() const {
-    throw Unsupported("backend '" + std::string(k_.name) + "' has no backward pass (plugins are forward only)");
+  [[noreturn]] void no_backward(const std::string& why) const {
+    throw Unsupported("backend '" + std::string(k_.name) + "' has no backward pass here: " + why);
   }
+  // A status of the kernel's as an exception: Unsupported or Error, with its message ("" for the forward).
+  void check(attn_status status, std::array<char, 512>& error, const char* which) const {
+    error.back() = '\0';
+    if (status == ATTN_OK) return;
+    const std::string what = "backend '" + std::string(k_.name) + "' " + (*which ? std::string(which) + " " : "") +
+                             (status == ATTN_UNSUPPORTED ? "does not support this call: " : "failed: ") +
+                             (error[0] ? error.data() : "(no message)");
+    if (status == ATTN_UNSUPPORTED) throw Unsupported(what);
+    throw Error(what);
+  }
+  xt::xtensor<S, 4> d_out_, dq_, dk_, dv_;
 
   const attn_plugin& k_;
   Inputs<S> in_;
@@ -219,6 +262,11 @@ BackendInfo row_of_plugin(const attn_plugin& k, const std::string& path) {
     });
   };
   row.workspace_bytes = [](const PrecisionInfo&, Accumulate, const Shape&, const Options&) { return std::size_t(0); };
+  row.has_backward = has_backward(k);
+  if (row.has_backward)
+    row.backward_workspace_bytes = [](const PrecisionInfo&, Accumulate, const Shape&, const Options&) {
+      return std::size_t(0);
+    };
   return row;
 }
 
@@ -286,6 +334,7 @@ std::vector<std::string> load_plugin(const std::string& path) {
       throw Error(what + ": its name must be letters, digits, '-' and '_' (got '" + std::string(k->name) + "')");
     if (!(k->capabilities & (ATTN_CAP_F64 | ATTN_CAP_F32 | ATTN_CAP_BF16 | ATTN_CAP_F16)))
       throw Error(what + " ('" + k->name + "') claims no storage type: it could run nothing");
+    check_backward_claim(*k, what);
     for (const BackendInfo& b : all_backends())
       if (b.name == k->name)
         throw Error(what + ": a backend named '" + b.name + "' is registered already (from " + b.source + ")");
@@ -313,12 +362,13 @@ std::vector<std::string> load_plugin(const std::string& path) {
     if (!k) break;
     if (i >= 64) throw Error(what + " lists more than 64 kernels (does attn_plugin_get return NULL past the last?)");
     const std::string which = what + ", kernel " + std::to_string(i);
-    if (k->abi_version != ATTN_PLUGIN_ABI_VERSION)
-      throw Error(which + " has ABI version " + std::to_string(k->abi_version) + "; this attention-lab loads version " +
-                  std::to_string(ATTN_PLUGIN_ABI_VERSION) + " (rebuild it against this include/attn/plugin.h)");
+    if (k->abi_version != 1 && k->abi_version != ATTN_PLUGIN_ABI_VERSION)
+      throw Error(which + " has ABI version " + std::to_string(k->abi_version) + "; this attention-lab loads versions 1 " +
+                  "and " + std::to_string(ATTN_PLUGIN_ABI_VERSION) + " (rebuild it against this include/attn/plugin.h)");
     if (!valid_name(k->name))
       throw Error(which + ": its name must be letters, digits, '-' and '_' (got '" + std::string(k->name ? k->name : "") + "')");
     if (!k->run) throw Error(which + " ('" + k->name + "') has no run function");
+    check_backward_claim(*k, which);
     if (!k->description) throw Error(which + " ('" + k->name + "') has no description");
     if (!(k->capabilities & (ATTN_CAP_F64 | ATTN_CAP_F32 | ATTN_CAP_BF16 | ATTN_CAP_F16)) ||
         !(k->capabilities & (ATTN_CAP_ACC_FP64 | ATTN_CAP_ACC_FP32 | ATTN_CAP_ACC_STORAGE)))

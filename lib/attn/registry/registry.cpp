@@ -170,9 +170,14 @@ Options BackendInfo::without_unreturnable_outputs(const PrecisionInfo& p, Accumu
   return opt;
 }
 
-double BackendInfo::unit_roundoff(const PrecisionInfo& p, Accumulate a) const {
+namespace {
+// The exact backend's arithmetic: 50 digits.
+double unit_roundoff_of(const BackendTraits& traits, const PrecisionInfo& p, Accumulate a) {
   return traits.exact ? 0x1p-166 : accumulation_unit_roundoff(p, a);
 }
+}  // namespace
+
+double BackendInfo::unit_roundoff(const PrecisionInfo& p, Accumulate a) const { return unit_roundoff_of(traits, p, a); }
 
 RunReport BackendInfo::run(std::string_view precision, Accumulate acc, const Inputs<double>& in, const Options& opt,
                            const CallObserver& obs, std::size_t warm_repeats) const {
@@ -197,6 +202,13 @@ RunReport BackendInfo::run(std::string_view precision, Accumulate acc, const Inp
   }
   describe_rounding(report, p, acc, traits, unit_roundoff(p, acc));
   return report;
+}
+
+RunReport judged_as(RunReport r, Accumulate acc) {
+  const PrecisionInfo& p = precision_info(r.precision);
+  const BackendTraits traits = r.traits;
+  describe_rounding(r, p, acc, traits, unit_roundoff_of(traits, p, acc));
+  return r;
 }
 
 BackwardReport BackendInfo::run_backward(std::string_view precision, Accumulate acc, const Inputs<double>& in,

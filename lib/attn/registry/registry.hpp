@@ -161,6 +161,11 @@ struct BackendInfo {
                               std::size_t warm_repeats = 0) const;
 };
 
+// The same run described as if it had computed under policy `acc` (its unit roundoffs and underflow
+// allowances replaced; results untouched): which policy's bound a kernel's results meet (the claim
+// torch-flash-narrow-p judges PyTorch's flash kernel under fp32 and storage accumulation).
+RunReport judged_as(RunReport r, Accumulate acc);
+
 struct BackwardReport {
   RunReport forward;              // the forward the backward used (its out, lse, rounded inputs; seconds 0)
   Gradients<double> grads;        // dq, dk, dv (and dbias) widened to double

@@ -38,7 +38,8 @@ def run_data(run):
     return {"run": run, "stamp": run.resolve().name, "peak": report.load(data, "peak.json"), "bench": bench,
             "rows": report.bench_rows(bench), "claims": report.load(data, "claims.json"),
             "accuracy": report.load(data, "accuracy.json"),
-            "verdicts": report.load(data, "verdicts.json") if (data / "verdicts.json").is_file() else []}
+            "verdicts": report.load(data, "verdicts.json") if (data / "verdicts.json").is_file() else [],
+            "build": report.load(data, "build.json")}
 
 
 def machine(d):
@@ -129,23 +130,29 @@ def torch(d):
     if not plugins:
         return f"The committed run (`reports/runs/{d['stamp']}`) has no torch plugin rows."
     fused = report.backends_with(bench, own_threads=True, memory_independent_of_n=True)[0]
-    at = {(r["backend"], r["family"], r["n"], r["d"], r["threads"]): r for r in rows
-          if r["family"] in ("attn", "attn_h8") and "n" in r and r["precision"] == "fp32" and r["causal"] == 0}
+    at = {(r["backend"], r["family"], r["n"], r["d"], r["threads"], r["precision"], r["causal"]): r for r in rows
+          if r["family"] in ("attn", "attn_h8", "attn_bwd") and "n" in r}
     lines = [f"In the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `plugins.md`): time of "
-             f"PyTorch 1.13's kernel over {fused}'s (median calls, same benchmarks of the same attn-bench process; "
-             "fp32, no mask; > 1: ours is faster; [95% bootstrap interval] where both have six samples or more):", "",
-             "| shape | threads | d | " + " | ".join(f"{b} / {fused}" for b in plugins) + " |",
-             "|---|---:|---:|" + "---:|" * len(plugins)]
-    keys = sorted({(fam, n, dd, t) for (b, fam, n, dd, t) in at if b in plugins and (fused, fam, n, dd, t) in at
-                   and n in (1024, 4096) and dd in (64, 128)})  # every other point: plugins.md
-    for fam, n, dd, t in keys:
+             f"PyTorch {d['build'].get('python_packages', {}).get('torch', '1.13')}'s kernels over {fused}'s "
+             "(median calls, same benchmarks of the same attn-bench process; > 1: ours is faster; [95% bootstrap "
+             "interval] where both have six samples or more; n/a: not in the run, n/s: the kernel has no such "
+             "pass):", "",
+             "| pass | shape | precision | causal | threads | d | " + " | ".join(f"{b} / {fused}" for b in plugins) + " |",
+             "|---|---|---|---|---:|---:|" + "---:|" * len(plugins)]
+    keys = sorted({k[1:] for k in at if k[0] in plugins and (fused,) + k[1:] in at
+                   and k[2] in (1024, 4096) and k[3] in (64, 128)})  # every other point: plugins.md
+    has_backward = {b for b in plugins if any(k[0] == b and k[1] == "attn_bwd" for k in at)}
+    for key in keys:
+        fam, n, dd, t, prec, causal = key
         shape = f"B = H = 1, n = {n}" if fam == "attn" else f"B = 1, H = 8, n = {n}"
         cells = []
         for b in plugins:
-            e = report.time_ratio(at.get((b, fam, n, dd, t)), at.get((fused, fam, n, dd, t)))
-            cells.append("n/a" if not e else f"{e['value']:.2f}x" + (
-                f" [{e['interval'][0]:.2f}, {e['interval'][1]:.2f}]" if e["interval"] else ""))
-        lines.append(f"| {shape} | {t} | {dd} | " + " | ".join(cells) + " |")
+            e = report.time_ratio(at.get((b,) + key), at.get((fused,) + key))
+            cells.append(("n/s" if fam == "attn_bwd" and b not in has_backward else "n/a") if not e else
+                         f"{e['value']:.2f}x" + (f" [{e['interval'][0]:.2f}, {e['interval'][1]:.2f}]"
+                                                 if e["interval"] else ""))
+        lines.append(f"| {'backward' if fam == 'attn_bwd' else 'forward'} | {shape} | {prec} | "
+                     f"{'yes' if causal else 'no'} | {t} | {dd} | " + " | ".join(cells) + " |")
     acc = [q for q in d["accuracy"].get("points", []) if q["backend"] in plugins]
     if acc:
         lines += ["", "Accuracy (`attn-lab accuracy`, against the 50-digit reference): points within the tight "
