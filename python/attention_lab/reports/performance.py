@@ -106,7 +106,7 @@ def performance_report(rows, peak, bench, folder):
         target(f"{fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
                hi / lo if lo else None, f"independent of n (<= {bound['memory_independent_of_n']['max']:.2f}x)", ratio,
                lambda v: v <= bound["memory_independent_of_n"]["max"])
-    bwd_lines = backward_performance(rows, fused, fp32_peak, target)  # its targets join the table below
+    bwd_lines = backward_performance(rows, fused, fp32_peak, target, peers)  # its targets join the table below
     counts = sorted({len(r["samples"]) for r in h8.values()})
     sampling = bench["context"].get("adaptive_sampling", "off")
     lines += ["## Performance targets, B = 1, H = 8, n = 4096", "",
@@ -154,7 +154,7 @@ def performance_report(rows, peak, bench, folder):
                                       + [f"INSTRUMENT ERROR (attn-lab peak): {e}" for e in peak.get("instrument_errors", [])])
 
 
-def backward_performance(rows, fused, fp32_peak, target):
+def backward_performance(rows, fused, fp32_peak, target, peers):
     """The backward pass's targets (appended to the target table through `target`) and the table of every
     attn_bwd / attn_fwdbwd run. FLOPs: 2.5x the forward's (FlashAttention-2's count), 3.5x for forward + backward."""
     bwd = [r for r in rows if r["family"] in ("attn_bwd", "attn_fwdbwd")]
@@ -173,6 +173,16 @@ def backward_performance(rows, fused, fp32_peak, target):
         target(f"backward: {fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak (2.5x forward FLOPs)",
                scaled(rate((fused, "fp32", 0, 1, d)), fp32_peak), f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
                lambda v, need=need: need <= v <= 1.0)
+    # (peers: the outside kernels of this run, backends_with(bench, plugin=True))
+    for d in (64, 128):
+        # The fastest outside backward at this point (PyTorch's CPU flash kernel's among the peers).
+        timed = [p for p in peers if (p, "fp32", 0, 1, d) in at]
+        fastest = max(timed, key=lambda p: rate((p, "fp32", 0, 1, d))["value"], default=None)
+        target(f"backward: {fused} fp32, d = {d}, 1 thread: rate over the fastest outside backward of this run"
+               + (f" ({fastest})" if fastest else ""),
+               time_ratio(get((fastest, "fp32", 0, 1, d)), get((fused, "fp32", 0, 1, d))) if fastest else None,
+               f">= {bound['backward_over_fastest_peer']['min']:.2f}x", ratio,
+               lambda v: v >= bound["backward_over_fastest_peer"]["min"])
     for d in (64, 128):
         target(f"backward: {fused} fp32, d = {d}: 2 threads over 1",
                time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 0, 2, d))),
