@@ -83,7 +83,7 @@ typedef enum attn_accumulate { ATTN_ACC_FP64 = 0, ATTN_ACC_FP32 = 1, ATTN_ACC_ST
 /* outputs and execution */
 #define ATTN_CAP_LSE (1ull << 24)     /* writes the logsumexp when asked */
 #define ATTN_CAP_THREADS (1ull << 25) /* uses attn_options.threads workers */
-#define ATTN_CAP_BACKWARD (1ull << 26) /* has backward() (ABI 2; needs ATTN_CAP_LSE) */
+#define ATTN_CAP_BACKWARD (1ull << 26) /* has backward() (ABI 2) */
 
 typedef enum attn_mask_kind {
   ATTN_MASK_NONE = 0,
@@ -140,7 +140,7 @@ typedef struct attn_plugin {
   uint8_t accumulate_by_dtype[4];
   /* ABI 2, optional (ATTN_CAP_BACKWARD, else NULL): the gradients dq, dk, dv of L = sum(d_o * o) for the
    * forward that run() computed on the same q, k, v and options; o and lse [B, H, n_q] are what that run()
-   * wrote (the logsumexp asked for). d_o has o's shape; dq, dk, dv have q's, k's and v's shapes, all one
+   * wrote (lse: the logsumexp asked for where the kernel claims ATTN_CAP_LSE, else NULL). d_o has o's shape; dq, dk, dv have q's, k's and v's shapes, all one
    * dtype; every element of dq, dk and dv is written. Not called with sinks or a bias's gradient. */
   attn_status (*backward)(const attn_tensor* q, const attn_tensor* k, const attn_tensor* v, const attn_tensor* o,
                           const double* lse, const attn_tensor* d_o, const attn_options* options, attn_tensor* dq,

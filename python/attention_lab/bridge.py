@@ -4,7 +4,8 @@
 
 A kernel is a function f(q, k, v, **options) -> out, or (out, lse) where it returns the logsumexp,
 declared with @kernel (and, where it has one, its backward g(q, k, v, out, lse, d_out, **options) ->
-(dq, dk, dv) given the forward's out and logsumexp: what attn-bench's backward families time):
+(dq, dk, dv) given the forward's out and logsumexp (None for a kernel without lse): what attn-bench's
+backward families time):
 
     from attention_lab.bridge import kernel
 
@@ -18,7 +19,7 @@ the storage itself); framework: what q, k, v are ("numpy": arrays viewing the ca
 "torch": tensors viewing them through torch.from_numpy, bf16 through a bit view; no copy either way);
 masks: causal, window, keypad, bool, bias (none is always taken); variants: gqa, softcap, sinks, alibi;
 lse: it returns (out, lse) when options["need_lse"]; threads: it honours options["threads"] (the
-bridge sets torch's thread count for torch kernels); backward: the function g above (it needs lse). The
+bridge sets torch's thread count for torch kernels); backward: the function g above. The
 caller asks only for what is declared.
 
 The options: scale (resolved), causal (bool: the suite's bottom-right alignment, query i is position
@@ -100,8 +101,8 @@ def _declaration(spec):
             raise KernelError(f"python:{spec}: unknown {unknown} in its declaration")
     if d["framework"] not in ("numpy", "torch"):
         raise KernelError(f"python:{spec}: framework {d['framework']!r} (numpy or torch)")
-    if d.get("backward") is not None and (not callable(d["backward"]) or not d["lse"]):
-        raise KernelError(f"python:{spec}: backward must be a function, and needs lse=True (it takes the logsumexp)")
+    if d.get("backward") is not None and not callable(d["backward"]):
+        raise KernelError(f"python:{spec}: backward must be a function g(q, k, v, out, lse, d_out, **options)")
     return f, d
 
 
@@ -219,9 +220,9 @@ def backward(kid, q, k, v, o, lse, d_out, dq, dk, dv, options):
     kw = _keywords(options, n_q, ka.shape[2], False)
     if kw is None:
         return f"mask {MASKS[options['mask']]} through the bridge"
-    la = np.ndarray((B, H, n_q), dtype=np.float64, buffer=lse)
+    la = None if lse is None else np.ndarray((B, H, n_q), dtype=np.float64, buffer=lse)
     qa, ka, va, oa, ga = _framework(d, options, store, [qa, ka, va, oa, ga])
-    if d["framework"] == "torch":
+    if d["framework"] == "torch" and la is not None:
         import torch
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # from_numpy of a read-only buffer

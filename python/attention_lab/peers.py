@@ -4,6 +4,10 @@ scaled_dot_product_attention with its CPU backend pinned through torch.nn.attent
     --plugin python:attention_lab.peers:torch_math    SDPA's math backend (the reference path)
     --plugin python:attention_lab.peers:torch_flash   SDPA's CPU flash kernel (blocked over queries and keys,
                                                       fp32 accumulation, a vectorised exp), with its logsumexp
+                                                      and its backward
+    --plugin python:attention_lab.peers:torch_flex    FlexAttention compiled on the CPU: soft-cap and ALiBi as
+                                                      score_mods, causal and window as block masks (not raced
+                                                      in every run: the first call of each kind compiles)
 
 The suite's causal mask aligns bottom-right (query i is position i + n_kv - n_q); SDPA's is_causal aligns
 top-left, so for n_q != n_kv the kernels pass torch.nn.attention.bias.causal_lower_right instead. Grouped
@@ -11,6 +15,10 @@ K/V heads go in through enable_gqa, the scale through scale. Each call is PyTorc
 storage type. The accumulation each declares is the bound that covers what PyTorch's CPU kernels do (see
 _STORAGE below).
 """
+import os
+
+import numpy as np
+
 from attention_lab.bridge import Unsupported, kernel
 
 # In bf16 and fp16 both kernels round intermediates to the storage type: the math backend its scores and
@@ -91,3 +99,127 @@ def torch_flash(q, k, v, *, scale, causal, need_lse=False, **_):
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale)
     return out, lse
+
+
+# FlexAttention compiled once per process (dynamic shapes: a new problem size does not recompile; a new
+# score_mod or block mask kind may).
+_FLEX = {}
+
+
+def _flex(q, k, v, *, scale, causal, window=None, softcap=None, alibi_slopes=None, need_lse=False, **_):
+    """FlexAttention with the suite's variants: soft-cap, then ALiBi (slope_h (j - i - (n_kv - n_q))) as a
+    score_mod, the bottom-right causal or window mask as a block mask, grouped K/V heads by enable_gqa."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    if "compiled" not in _FLEX:
+        _FLEX["compiled"] = torch.compile(flex_attention, dynamic=True)
+    n_q, n_kv = q.shape[2], k.shape[2]
+    off = n_kv - n_q
+    slopes = None if alibi_slopes is None else torch.from_numpy(alibi_slopes).to(torch.float32)
+    score_mod = None
+    if softcap or slopes is not None:
+        def score_mod(score, b, h, i, j):
+            if softcap:
+                score = softcap * torch.tanh(score / softcap)
+            if slopes is not None:
+                score = score + slopes[h] * (j - i - off)
+            return score
+    block_mask = None
+    if causal or window:
+        def mask_mod(b, h, i, j):
+            keep = j <= i + off
+            return keep & (j > i + off - window) if window else keep
+        block_mask = create_block_mask(mask_mod, None, None, n_q, n_kv, device="cpu")
+    out = _FLEX["compiled"](q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                            enable_gqa=k.shape[1] != q.shape[1], return_lse=need_lse)
+    return out
+
+
+def _flex_backward(q, k, v, out, lse, d_out, **kw):
+    """Autograd through the compiled FlexAttention: the forward is recomputed inside the call (FlexAttention
+    has no entry point taking a saved O and logsumexp), so a timed backward of torch-flex includes a forward."""
+    import torch
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
+    o = _flex(q, k, v, **{**kw, "need_lse": False})
+    return torch.autograd.grad(o, (q, k, v), d_out)
+
+
+@kernel(name="torch-flex", description="PyTorch FlexAttention compiled on the CPU (torch.compile, dynamic shapes): "
+        "soft-cap and ALiBi as score_mods, causal and window as block masks; backward by autograd (its timed call "
+        "recomputes the forward)", storage={"fp32": "fp32", "bf16": "storage", "fp16": "storage"},
+        framework="torch", masks=("causal", "window"), variants=("gqa", "softcap", "alibi"), lse=True, threads=True,
+        backward=_flex_backward)
+def torch_flex(q, k, v, *, scale, causal, window=None, softcap=None, alibi_slopes=None, need_lse=False, **_):
+    return _flex(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                 need_lse=need_lse)
+
+
+# JAX's dot_product_attention, jit-compiled per (shape, mask, scale) and kept: XLA on the CPU, one thread
+# (XLA fixes its thread pool when it starts, so the kernel cannot honour a thread count; one thread keeps it
+# comparable with the suite's one-thread rows).
+_JAX = {}
+
+
+def _jax_functions(n_q, n_kv, causal, window, scale, dtype):
+    """The jitted forward and its vjp for one problem kind: inputs [B, H, n, d] (the suite's layout, transposed
+    inside the jitted function to JAX's [B, n, H, d]); the suite's bottom-right causal and window masks as a
+    boolean mask (JAX's is_causal aligns top-left)."""
+    key = (n_q, n_kv, causal, window, scale, dtype)
+    if key not in _JAX:
+        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+        import jax
+        import jax.numpy as jnp
+        if dtype == "fp64":
+            jax.config.update("jax_enable_x64", True)
+        mask = None
+        if causal or window:
+            i = jnp.arange(n_q)[:, None] + (n_kv - n_q)
+            j = jnp.arange(n_kv)[None, :]
+            mask = (j <= i) & (j > i - window) if window else j <= i
+            mask = mask[None, None]
+
+        def forward(q, k, v):
+            t = lambda x: jnp.transpose(x, (0, 2, 1, 3))  # noqa: E731
+            return t(jax.nn.dot_product_attention(t(q), t(k), t(v), mask=mask, scale=scale, implementation="xla"))
+
+        def backward(q, k, v, d_out):
+            return jax.vjp(forward, q, k, v)[1](d_out)
+        _JAX[key] = (jax.jit(forward), jax.jit(backward))
+    return _JAX[key]
+
+
+def _to_jax(a, store):
+    import jax.numpy as jnp
+    import ml_dtypes
+    return jnp.asarray(a.view(ml_dtypes.bfloat16) if store == "bf16" else a)
+
+
+def _from_jax(x, store):
+    x = np.asarray(x)
+    return x.view(np.uint16) if store == "bf16" else x
+
+
+def _store_of(a):
+    return {np.dtype(np.float64): "fp64", np.dtype(np.float32): "fp32", np.dtype(np.uint16): "bf16",
+            np.dtype(np.float16): "fp16"}[a.dtype]
+
+
+def _jax_backward(q, k, v, out, lse, d_out, *, scale, causal, window=None, **_):
+    """jax.vjp of the jitted forward: JAX keeps no saved O and logsumexp across calls, so the timed backward
+    recomputes the forward (and converts the inputs, as the forward does)."""
+    store = _store_of(q)
+    _, bwd = _jax_functions(q.shape[2], k.shape[2], causal, window, scale, store)
+    return tuple(_from_jax(g, store) for g in bwd(*(_to_jax(a, store) for a in (q, k, v, d_out))))
+
+
+@kernel(name="jax-xla", description="JAX jax.nn.dot_product_attention (implementation='xla', jitted, XLA on the CPU, "
+        "one thread); inputs copied into XLA's buffers and the output out of them inside the timed call; backward by "
+        "jax.vjp (its timed call recomputes the forward)", storage={"fp64": "fp64", "fp32": "fp32", "bf16": "storage",
+                                                                    "fp16": "storage"},
+        masks=("causal", "window"), variants=("gqa",), backward=_jax_backward)
+def jax_xla(q, k, v, *, scale, causal, window=None, **_):
+    if q.shape[3] != v.shape[3]:
+        raise Unsupported("d_k != d_v: jax.nn.dot_product_attention takes one head size for Q, K and V")
+    store = _store_of(q)
+    fwd, _ = _jax_functions(q.shape[2], k.shape[2], causal, window, scale, store)
+    return _from_jax(fwd(*(_to_jax(a, store) for a in (q, k, v))), store)

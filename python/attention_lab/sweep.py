@@ -335,7 +335,7 @@ def shard_path(folder, i):
 
 
 # The project environment's packages a run's figures depend on (the peers' PyTorch among them), by name.
-PYTHON_PACKAGES = ("torch", "numpy", "scipy", "matplotlib")
+PYTHON_PACKAGES = ("torch", "jax", "jaxlib", "numpy", "scipy", "matplotlib")
 
 
 def build_info(line):

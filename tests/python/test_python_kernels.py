@@ -9,9 +9,13 @@ plugins/python/python_bridge.cpp), end to end through attn-lab and attn-bench:
   - a kernel that raises, returns the wrong shape or dtype, is not declared, or names no module is one clear
     error line (exit 2), never a crash; a kernel's Unsupported is "not supported";
   - attn-bench times a Python kernel beside the built-in backends, its schema fields marking it a plugin;
+  - FlexAttention (torch-flex, compiled on the CPU): causal cross-attention with grouped heads, soft-cap with
+    ALiBi under a window mask, forward and backward, within the suite's bounds;
+  - JAX's dot_product_attention (jax-xla, XLA on the CPU): causal cross-attention with grouped heads in fp32,
+    forward and backward (jax.vjp), within the suite's bounds;
   - a declared backward (ABI 2): torch-flash's gradients pass `attend --backward --check` (causal, grouped K/V
     heads, fp32 and bf16) and attn-bench times its backward alone; a backward that ignores the causal mask
-    must exceed its gradient bounds; a backward that raises, or one declared without the logsumexp, is one
+    must exceed its gradient bounds; a backward that raises, or one declared that is not a function, is one
     clear error.
 """
 import json
@@ -73,9 +77,9 @@ def _raising_backward(*_, **__):
 def raising_backward(q, k, v, **kw):
     return peers.torch_flash(q, k, v, **kw)
 
-@kernel(name="no-lse-backward", description="a backward without the logsumexp", storage={"fp64": "fp64"},
-        backward=_raising_backward)
-def no_lse_backward(q, k, v, **_):
+@kernel(name="not-a-function", description="a backward that is not a function", storage={"fp64": "fp64"},
+        backward="autograd")
+def not_a_function(q, k, v, **_):
     return v
 '''
 
@@ -112,6 +116,19 @@ def test_python_kernels():
                  "--precision", "fp32", "--check"])
         record(p.returncode == 0 and "within" in p.stdout, f"attend --check {name}: exit {p.returncode} "
                                                            f"{p.stdout[-400:]} {p.stderr[-300:]}")
+    # FlexAttention: its score_mods and block masks against the suite's semantics, forward and backward.
+    flex = ["--plugin", "python:attention_lab.peers:torch_flex", "--backend", "torch-flex", "--precision", "fp32"]
+    for extra in (["--random", "2,4,37,53,16,16,2", "--mask", "causal"],
+                  ["--random", "1,4,40,64,16,16", "--mask", "window:9", "--softcap", "5", "--alibi"]):
+        p = lab(["attend"] + extra + flex + ["--backward", "--check"])
+        record(p.returncode == 0 and "dk " in p.stdout and "EXCEEDED" not in p.stdout,
+               f"attend --backward --check torch-flex {' '.join(extra)}: exit {p.returncode} {p.stdout[-600:]} "
+               f"{p.stderr[-400:]}")
+    # JAX (XLA on the CPU): the suite's bottom-right causal alignment through its boolean mask.
+    p = lab(["attend", "--random", "2,4,37,53,16,16,2", "--mask", "causal", "--plugin", "python:attention_lab.peers:jax_xla",
+             "--backend", "jax-xla", "--precision", "fp32", "--backward", "--check"])
+    record(p.returncode == 0 and "dk " in p.stdout and "EXCEEDED" not in p.stdout,
+           f"attend --backward --check jax-xla: exit {p.returncode} {p.stdout[-600:]} {p.stderr[-400:]}")
     # torch-flash's backward (its aten kernel) against the suite's gradient bounds.
     for precision, acc in (("fp32", "fp32"), ("bf16", "storage")):  # (bf16: the weights rounded, peers.py)
         p = lab(["attend", "--random", "2,4,37,53,16,16,2", "--mask", "causal", "--plugin",
@@ -158,8 +175,9 @@ def test_python_kernels():
                         "--backward"], env=env)
         record(one_error(p, "RuntimeError", "a deliberate backward failure"),
                f"raising backward: exit {p.returncode}, stderr {p.stderr.strip()!r}")
-        p = lab(base + ["--plugin", "python:broken_kernels:no_lse_backward"], env=env)
-        record(one_error(p, "needs lse=True"), f"backward without lse: exit {p.returncode}, stderr {p.stderr.strip()!r}")
+        p = lab(base + ["--plugin", "python:broken_kernels:not_a_function"], env=env)
+        record(one_error(p, "backward must be a function"),
+               f"backward not a function: exit {p.returncode}, stderr {p.stderr.strip()!r}")
 
         # attn-bench: a Python kernel timed beside ours, marked a plugin in the schema.
         out = os.path.join(work, "b.json")

@@ -107,11 +107,10 @@ bool has_backward(const attn_plugin& k) {
   return k.abi_version >= 2 && (k.capabilities & ATTN_CAP_BACKWARD) && k.backward;
 }
 
-// A backward pass claimed without its function, or without the logsumexp it takes: one clear error.
+// A backward pass claimed without its function: one clear error.
 void check_backward_claim(const attn_plugin& k, const std::string& which) {
-  if (k.abi_version >= 2 && (k.capabilities & ATTN_CAP_BACKWARD) && (!k.backward || !(k.capabilities & ATTN_CAP_LSE)))
-    throw Error(which + " ('" + k.name + "') claims a backward pass without " +
-                (k.backward ? "the logsumexp (ATTN_CAP_LSE), which backward() takes" : "a backward function"));
+  if (k.abi_version >= 2 && (k.capabilities & ATTN_CAP_BACKWARD) && !k.backward)
+    throw Error(which + " ('" + k.name + "') claims a backward pass (ATTN_CAP_BACKWARD) without a backward function");
 }
 
 // A contiguous [a, b, c, d] tensor as the ABI's strided view.
@@ -187,7 +186,8 @@ class PluginCall final : public PreparedCall {
     if (!has_backward(k_)) no_backward("it has no backward pass");
     if (opt_.sinks) no_backward("the sinks' gradient does not cross the plugin ABI");
     d_out_ = convert_tensor<S>(d_out);
-    if (!lse_) lse_ = xt::xtensor<double, 3>::from_shape({shape_.batch, shape_.heads, shape_.n_q});
+    if (!lse_ && (k_.capabilities & ATTN_CAP_LSE))
+      lse_ = xt::xtensor<double, 3>::from_shape({shape_.batch, shape_.heads, shape_.n_q});
     call();
     dq_ = xt::xtensor<S, 4>::from_shape(in_.q.shape());
     dk_ = xt::xtensor<S, 4>::from_shape(in_.k.shape());
@@ -198,7 +198,7 @@ class PluginCall final : public PreparedCall {
     attn_tensor q = abi_view(in_.q), k = abi_view(in_.k), v = abi_view(in_.v), o = abi_view(out_),
                 d_o = abi_view(d_out_), dq = abi_view(dq_), dk = abi_view(dk_), dv = abi_view(dv_);
     std::array<char, 512> error{};
-    check(k_.backward(&q, &k, &v, &o, lse_->data(), &d_o, &c_, &dq, &dk, &dv, error.data(), error.size()), error,
+    check(k_.backward(&q, &k, &v, &o, lse_ ? lse_->data() : nullptr, &d_o, &c_, &dq, &dk, &dv, error.data(), error.size()), error,
           "backward");
   }
   void call_forward_backward() override {
