@@ -5,9 +5,8 @@ scaled_dot_product_attention with its CPU backend pinned through torch.nn.attent
     --plugin python:attention_lab.peers:torch_flash   SDPA's CPU flash kernel (blocked over queries and keys,
                                                       fp32 accumulation, a vectorised exp), with its logsumexp
                                                       and its backward
-    --plugin python:attention_lab.peers:torch_flex    FlexAttention compiled on the CPU: soft-cap and ALiBi as
-                                                      score_mods, causal and window as block masks (not raced
-                                                      in every run: the first call of each kind compiles)
+    --plugin python:attention_lab.peers:jax_xla       JAX's jax.nn.dot_product_attention (XLA on the CPU, one
+                                                      thread; not raced in every run)
 
 The suite's causal mask aligns bottom-right (query i is position i + n_kv - n_q); SDPA's is_causal aligns
 top-left, so for n_q != n_kv the kernels pass torch.nn.attention.bias.causal_lower_right instead. Grouped
@@ -99,59 +98,6 @@ def torch_flash(q, k, v, *, scale, causal, need_lse=False, **_):
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         q, k, v, 0.0, is_causal, attn_mask=mask, scale=scale)
     return out, lse
-
-
-# FlexAttention compiled once per process (dynamic shapes: a new problem size does not recompile; a new
-# score_mod or block mask kind may).
-_FLEX = {}
-
-
-def _flex(q, k, v, *, scale, causal, window=None, softcap=None, alibi_slopes=None, need_lse=False, **_):
-    """FlexAttention with the suite's variants: soft-cap, then ALiBi (slope_h (j - i - (n_kv - n_q))) as a
-    score_mod, the bottom-right causal or window mask as a block mask, grouped K/V heads by enable_gqa."""
-    import torch
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    if "compiled" not in _FLEX:
-        _FLEX["compiled"] = torch.compile(flex_attention, dynamic=True)
-    n_q, n_kv = q.shape[2], k.shape[2]
-    off = n_kv - n_q
-    slopes = None if alibi_slopes is None else torch.from_numpy(alibi_slopes).to(torch.float32)
-    score_mod = None
-    if softcap or slopes is not None:
-        def score_mod(score, b, h, i, j):
-            if softcap:
-                score = softcap * torch.tanh(score / softcap)
-            if slopes is not None:
-                score = score + slopes[h] * (j - i - off)
-            return score
-    block_mask = None
-    if causal or window:
-        def mask_mod(b, h, i, j):
-            keep = j <= i + off
-            return keep & (j > i + off - window) if window else keep
-        block_mask = create_block_mask(mask_mod, None, None, n_q, n_kv, device="cpu")
-    out = _FLEX["compiled"](q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                            enable_gqa=k.shape[1] != q.shape[1], return_lse=need_lse)
-    return out
-
-
-def _flex_backward(q, k, v, out, lse, d_out, **kw):
-    """Autograd through the compiled FlexAttention: the forward is recomputed inside the call (FlexAttention
-    has no entry point taking a saved O and logsumexp), so a timed backward of torch-flex includes a forward."""
-    import torch
-    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
-    o = _flex(q, k, v, **{**kw, "need_lse": False})
-    return torch.autograd.grad(o, (q, k, v), d_out)
-
-
-@kernel(name="torch-flex", description="PyTorch FlexAttention compiled on the CPU (torch.compile, dynamic shapes): "
-        "soft-cap and ALiBi as score_mods, causal and window as block masks; backward by autograd (its timed call "
-        "recomputes the forward)", storage={"fp32": "fp32", "bf16": "storage", "fp16": "storage"},
-        framework="torch", masks=("causal", "window"), variants=("gqa", "softcap", "alibi"), lse=True, threads=True,
-        backward=_flex_backward)
-def torch_flex(q, k, v, *, scale, causal, window=None, softcap=None, alibi_slopes=None, need_lse=False, **_):
-    return _flex(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
-                 need_lse=need_lse)
 
 
 # JAX's dot_product_attention, jit-compiled per (shape, mask, scale) and kept: XLA on the CPU, one thread
