@@ -465,18 +465,26 @@ Check verify_shared(const RunReport& r, const Options& opt, const Point& pt) {
   return verify(r, opt, *shared.truth, &baseline);
 }
 
+// The accumulation a benchmark runs, set in prep.acc: the precision's default, or a plugin's own where it runs
+// this storage with another only (torch: bf16 in bf16; its label says so); false, with prep.skip saying why,
+// where it runs it with none. Forward and backward alike.
+bool choose_accumulate(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Shape& s, const Options& opt) {
+  Accumulate acc = p.default_accumulate;
+  for (Accumulate other : accumulate_policies())
+    if (!b.unsupported_reason(p, acc, s, opt).empty() && b.unsupported_reason(p, other, s, opt).empty()) acc = other;
+  if (const std::string why = b.unsupported_reason(p, acc, s, opt); !why.empty()) {
+    prep.skip = "not supported: " + why;
+    return false;
+  }
+  prep.acc = acc;
+  return true;
+}
+
 // The forward benchmark's preparation: one cold call watched and verified at the benchmark's own shape.
 void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
-  Accumulate acc = p.default_accumulate;
   const Options opt = options_of(pt);
-  // A plugin that runs this storage with another accumulation only (torch: bf16 in bf16) runs that
-  // (its label says so); one that runs it with none is reported as not supported.
-  for (Accumulate other : accumulate_policies())
-    if (!b.unsupported_reason(p, acc, pt.shape, opt).empty() && b.unsupported_reason(p, other, pt.shape, opt).empty())
-      acc = other;
-  if (const std::string why = b.unsupported_reason(p, acc, pt.shape, opt); !why.empty())
-    return void(prep.skip = "not supported: " + why);
-  prep.acc = acc;
+  if (!choose_accumulate(prep, b, p, pt.shape, opt)) return;
+  const Accumulate acc = prep.acc;
   prep.model = b.workspace_bytes(p, acc, pt.shape, opt);
   const std::size_t need = prep.model + 2 * tensor_bytes(pt.shape, p);
   if (need > memory_cap) return void(prep.skip = cap_message(need, memory_cap));
@@ -519,8 +527,9 @@ void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& 
 // the timed call's gradients are checked finite. The peak heap is of one
 // backward call on a fresh workspace.
 void prepare_backward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
-  const Accumulate acc = p.default_accumulate;
   const Options opt = options_of(pt);
+  if (!choose_accumulate(prep, b, p, pt.shape, opt)) return;
+  const Accumulate acc = prep.acc;
   prep.model = b.backward_workspace_bytes(p, acc, pt.shape, opt);
   const std::size_t need = prep.model + b.workspace_bytes(p, acc, pt.shape, opt) + 4 * tensor_bytes(pt.shape, p);
   if (need > memory_cap) return void(prep.skip = cap_message(need, memory_cap));
