@@ -34,6 +34,9 @@ d_v) multiply-adds); `attn-lab attend --plugin python:attention_lab.bridge:ident
 An exception in the kernel is one clear error (attend, bench) or one failed cell (verify), never a crash.
 """
 import importlib
+import importlib.util
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -81,10 +84,29 @@ def identity(q, k, v, **options):
 _KERNELS = []  # (function, declaration), by the id describe() returned
 
 
+def _import_torch():
+    """PyTorch, where installed, imported before any kernel's module and with RTLD_DEEPBIND, so that its
+    libraries bind to their own symbols before the host's. Without it libtorch_cpu's calls to sgemm_ (its MKL,
+    which it exports) bound to the OpenBLAS that attn-lab and attn-bench link: PyTorch's GEMMs ran on the
+    host's BLAS, and at two threads each of PyTorch's OpenMP workers called the two-thread OpenBLAS, which
+    serialises concurrent callers (torch-flash, B = 1, H = 8, n = 4096, d = 64, 2 threads: 546 ms against
+    240 ms in a plain Python process, measured 2026-12-02). Only PyTorch: with every extension module loaded
+    so, OpenVINO's and ONNX Runtime's pybind11 modules fail (std::bad_cast)."""
+    if "torch" in sys.modules or importlib.util.find_spec("torch") is None:
+        return
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(flags | os.RTLD_DEEPBIND)
+    try:
+        import torch  # noqa: F401
+    finally:
+        sys.setdlopenflags(flags)
+
+
 def _declaration(spec):
     if spec.count(":") != 1:
         raise KernelError(f"python:{spec}: give MODULE:FUNCTION (e.g. python:attention_lab.peers:torch_math)")
     module, function = spec.split(":")
+    _import_torch()
     try:
         f = getattr(importlib.import_module(module), function)
     except ImportError as e:

@@ -1,5 +1,6 @@
 """Today's attention kernels beside ours, as bridge kernels (attention_lab.bridge): PyTorch's
-scaled_dot_product_attention with its CPU backend pinned through torch.nn.attention.sdpa_kernel.
+scaled_dot_product_attention with its CPU backend pinned through torch.nn.attention.sdpa_kernel, JAX's,
+and the fused attention of two inference runtimes.
 
     --plugin python:attention_lab.peers:torch_math    SDPA's math backend (the reference path)
     --plugin python:attention_lab.peers:torch_flash   SDPA's CPU flash kernel (blocked over queries and keys,
@@ -7,6 +8,11 @@ scaled_dot_product_attention with its CPU backend pinned through torch.nn.attent
                                                       and its backward
     --plugin python:attention_lab.peers:jax_xla       JAX's jax.nn.dot_product_attention (XLA on the CPU, one
                                                       thread; not raced in every run)
+    --plugin python:attention_lab.peers:openvino_sdpa          OpenVINO's ScaledDotProductAttention (CPU plugin)
+    --plugin python:attention_lab.peers:onnxruntime_attention  ONNX Runtime's Attention (CPU execution provider)
+
+The runtime race (attention_lab.race, scripts/run --race) times torch_flash and the two runtimes once on the
+target shapes; its winner joins every run (sweep.default_plugins).
 
 The suite's causal mask aligns bottom-right (query i is position i + n_kv - n_q); SDPA's is_causal aligns
 top-left, so for n_q != n_kv the kernels pass torch.nn.attention.bias.causal_lower_right instead. Grouped
@@ -46,8 +52,20 @@ def _sdpa(backend, q, k, v, scale, causal, bias=None):
                                               enable_gqa=k.shape[1] != q.shape[1])
 
 
-@kernel(name="torch-math", description="PyTorch SDPA, math backend (torch.nn.attention.sdpa_kernel MATH)",
-        storage=_STORAGE, framework="torch", masks=("causal", "bias"), variants=("gqa",), threads=True)
+def _torch_math_backward(q, k, v, out, lse, d_out, *, scale, causal, bias=None, **_):
+    """Autograd through the math backend: the forward recomputed with q, k, v requiring gradients, then
+    backward with d_out (the math path keeps no logsumexp, so the timed backward contains its forward)."""
+    import torch
+    from torch.nn.attention import SDPBackend
+    q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))  # views of the caller's buffers
+    with torch.enable_grad():
+        _sdpa(SDPBackend.MATH, q, k, v, scale, causal, bias).backward(d_out)
+    return q.grad, k.grad, v.grad
+
+
+@kernel(name="torch-math", description="PyTorch SDPA, math backend (torch.nn.attention.sdpa_kernel MATH); backward "
+        "by autograd (its timed call recomputes the forward)", storage=_STORAGE, framework="torch",
+        masks=("causal", "bias"), variants=("gqa",), threads=True, backward=_torch_math_backward)
 def torch_math(q, k, v, *, scale, causal, bias=None, **_):
     from torch.nn.attention import SDPBackend
     return _sdpa(SDPBackend.MATH, q, k, v, scale, causal, bias)
@@ -169,3 +187,98 @@ def jax_xla(q, k, v, *, scale, causal, window=None, **_):
     store = _store_of(q)
     fwd, _ = _jax_functions(q.shape[2], k.shape[2], causal, window, scale, store)
     return _from_jax(fwd(*(_to_jax(a, store) for a in (q, k, v))), store)
+
+
+# --- The inference runtimes with a fused CPU attention: OpenVINO and ONNX Runtime ---------------------------
+# Each compiles a one-operation model per problem kind (shapes, mask, scale, storage, threads) once and keeps it
+# with its inference request / session; the timed call is the run alone on the caller's buffers (shared, not
+# copied: OpenVINO's Tensor(shared_memory=True), ONNX Runtime's OrtValue on the NumPy array), plus the bridge's
+# copy of the output. Both align is_causal top-left, so where n_q != n_kv the suite's bottom-right causal mask
+# goes in as a boolean mask.
+_RUNTIMES = {}
+
+
+def _bottom_right(n_q, n_kv):
+    """The suite's causal mask, [n_q, n_kv] bool, True where query i (position i + n_kv - n_q) sees key j."""
+    return np.arange(n_kv)[None, :] <= np.arange(n_q)[:, None] + (n_kv - n_q)
+
+
+def _openvino_request(q, k, v, causal, scale, store, threads):
+    key = ("openvino", q.shape, k.shape, v.shape, causal, scale, store, threads)
+    if key not in _RUNTIMES:
+        import openvino as ov
+        import openvino.opset13 as ops
+        element = {"fp32": ov.Type.f32, "bf16": ov.Type.bf16}[store]
+        params = [ops.parameter(list(t.shape), element) for t in (q, k, v)]
+        g = q.shape[1] // k.shape[1]
+        kv = params[1:]
+        if g > 1:  # the K/V heads repeated in the graph (ScaledDotProductAttention takes no group count)
+            B, h_kv, n_kv = k.shape[:3]
+            kv = [ops.reshape(ops.broadcast(ops.unsqueeze(t, 2), [B, h_kv, g, n_kv, t.shape[3]]),
+                              [B, h_kv * g, n_kv, t.shape[3]], False) for t, s in zip(kv, (k, v))]
+        n_q, n_kv = q.shape[2], k.shape[2]
+        mask = ops.constant(_bottom_right(n_q, n_kv)) if causal and n_q != n_kv else None
+        scale_node = ops.convert_like(ops.constant(np.float32(scale)), params[0])
+        sdpa = ops.scaled_dot_product_attention(params[0], kv[0], kv[1], mask, scale_node,
+                                                causal=causal and n_q == n_kv)
+        config = {"INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[store],
+                  "INFERENCE_NUM_THREADS": int(threads), "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+        compiled = ov.Core().compile_model(ov.Model([sdpa], params), "CPU", config)
+        _RUNTIMES[key] = compiled.create_infer_request()
+    return _RUNTIMES[key]
+
+
+@kernel(name="openvino-sdpa", description="OpenVINO's ScaledDotProductAttention-13 on its CPU plugin (one-operation "
+        "model compiled per problem kind, inference precision pinned to the storage type, INFERENCE_NUM_THREADS); "
+        "grouped K/V heads repeated in the graph", storage={"fp32": "fp32", "bf16": "storage"},
+        masks=("causal",), variants=("gqa",), threads=True)
+def openvino_sdpa(q, k, v, *, scale, causal, threads, **_):
+    import openvino as ov
+    store = _store_of(q)
+    request = _openvino_request(q, k, v, causal, scale, store, threads)
+    element = {"fp32": ov.Type.f32, "bf16": ov.Type.bf16}[store]
+    inputs = [ov.Tensor(np.ascontiguousarray(t), ov.Shape(list(t.shape)), element) for t in (q, k, v)]
+    out = request.infer(inputs, share_inputs=True, share_outputs=True)[0]
+    return out.view(np.uint16) if store == "bf16" else out
+
+
+def _onnxruntime_session(q, k, v, causal, scale, store, threads):
+    key = ("onnxruntime", q.shape, k.shape, v.shape, causal, scale, store, threads)
+    if key not in _RUNTIMES:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+        element = {"fp32": TensorProto.FLOAT, "fp16": TensorProto.FLOAT16}[store]
+        n_q, n_kv = q.shape[2], k.shape[2]
+        inputs = [helper.make_tensor_value_info(n, element, list(t.shape)) for n, t in zip("QKV", (q, k, v))]
+        names = ["Q", "K", "V"]
+        initializers = []
+        if causal and n_q != n_kv:
+            initializers.append(onnx.numpy_helper.from_array(_bottom_right(n_q, n_kv), "mask"))
+            names.append("mask")
+        node = helper.make_node("Attention", names, ["Y"], is_causal=int(causal and n_q == n_kv), scale=float(scale))
+        output = helper.make_tensor_value_info("Y", element, [q.shape[0], q.shape[1], n_q, v.shape[3]])
+        graph = helper.make_graph([node], "attention", inputs, [output], initializer=initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(threads)
+        options.inter_op_num_threads = 1
+        # Its workers sleep when a call ends instead of spinning: they would take the core from the next row
+        # timed in the same process.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        _RUNTIMES[key] = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return _RUNTIMES[key]
+
+
+@kernel(name="onnxruntime-attention", description="ONNX Runtime's Attention-23 on its CPU execution provider "
+        "(one-operation model per problem kind, intra_op_num_threads, workers not spinning between calls)",
+        storage={"fp32": "fp32", "fp16": "storage"}, masks=("causal",), variants=("gqa",), threads=True)
+def onnxruntime_attention(q, k, v, *, scale, causal, threads, **_):
+    import onnxruntime as ort
+    session = _onnxruntime_session(q, k, v, causal, scale, _store_of(q), threads)
+    binding = session.io_binding()
+    for name, t in zip("QKV", (q, k, v)):
+        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(t)))
+    binding.bind_output("Y", "cpu")
+    session.run_with_iobinding(binding)
+    return binding.get_outputs()[0].numpy()

@@ -53,14 +53,15 @@ import tempfile
 import time
 from importlib import metadata
 
-from attention_lab import ROOT, history, io, module_command, module_env, progress, reports, runs, stats
+from attention_lab import ROOT, history, io, module_command, module_env, progress, race, reports, runs, stats
 from attention_lab.reports import common as report_common
 
 BENCH = os.path.join(ROOT, "build", "bench", "attn-bench")
 LAB = os.path.join(ROOT, "build", "tools", "attn-lab")
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cost_model.json")
 BRIDGE = os.path.join(ROOT, "build", "plugins", "libattn_python.so")  # Python kernels (attention_lab.bridge)
-# The peers every run races and verifies where the bridge is built and PyTorch imports (attention_lab.peers).
+# The peers every run races and verifies where the bridge is built and PyTorch imports (attention_lab.peers),
+# and the fastest CPU runtime of the committed runtime race (attention_lab.race, bench/runtime_race.json).
 PEERS = ["python:attention_lab.peers:torch_math", "python:attention_lab.peers:torch_flash"]
 PROFILES = ("smoke", "quick", "full")
 STEPS = ("verify", "entropy", "pages")  # the single steps, one item each
@@ -206,7 +207,8 @@ def default_plugins():
         import torch  # noqa: F401  (the project's environment has it: scripts/setup.sh)
     except ImportError:
         return []
-    return list(PEERS)
+    winner = race.winner_spec()
+    return list(PEERS) + ([winner] if winner and winner not in PEERS else [])
 
 
 def plugin_arg(p):
@@ -335,7 +337,7 @@ def shard_path(folder, i):
 
 
 # The project environment's packages a run's figures depend on (the peers' PyTorch among them), by name.
-PYTHON_PACKAGES = ("torch", "jax", "jaxlib", "numpy", "scipy", "matplotlib")
+PYTHON_PACKAGES = ("torch", "jax", "jaxlib", "openvino", "onnxruntime", "numpy", "scipy", "matplotlib")
 
 
 def build_info(line):

@@ -8,11 +8,15 @@ plugins/python/python_bridge.cpp), end to end through attn-lab and attn-bench:
     is_causal alone, which must exceed its bound);
   - a kernel that raises, returns the wrong shape or dtype, is not declared, or names no module is one clear
     error line (exit 2), never a crash; a kernel's Unsupported is "not supported";
-  - attn-bench times a Python kernel beside the built-in backends, its schema fields marking it a plugin;
+  - the inference runtimes (openvino-sdpa, onnxruntime-attention) pass the same check in fp32, and in their
+    narrow storage (bf16, fp16) with the storage accumulation they declare;
+  - PyTorch's libraries bind to their own BLAS inside attn-lab (the dynamic linker's bindings, LD_DEBUG);
+  - attn-bench times a Python kernel beside the built-in backends, its schema fields marking it a plugin; a
+    kernel that raises is its benchmark's error and the others run;
   - JAX's dot_product_attention (jax-xla, XLA on the CPU): causal cross-attention with grouped heads in fp32,
     forward and backward (jax.vjp), within the suite's bounds;
-  - a declared backward (ABI 2): torch-flash's gradients pass `attend --backward --check` (causal, grouped K/V
-    heads, fp32 and bf16) and attn-bench times its backward alone; a backward that ignores the causal mask
+  - a declared backward (ABI 2): torch-flash's and torch-math's (autograd) gradients pass `attend --backward
+    --check` (causal, grouped K/V heads, fp32 and bf16) and attn-bench times its backward alone; a backward that ignores the causal mask
     must exceed its gradient bounds; a backward that raises, or one declared that is not a function, is one
     clear error.
 """
@@ -106,7 +110,9 @@ def test_python_kernels():
 
     # The peers as rows, verified on a causal cross-attention with grouped heads.
     for spec, name in (("python:attention_lab.peers:torch_math", "torch-math"),
-                       ("python:attention_lab.peers:torch_flash", "torch-flash")):
+                       ("python:attention_lab.peers:torch_flash", "torch-flash"),
+                       ("python:attention_lab.peers:openvino_sdpa", "openvino-sdpa"),
+                       ("python:attention_lab.peers:onnxruntime_attention", "onnxruntime-attention")):
         p = lab(["list", "--json", "--plugin", spec])
         rows = {b["name"]: b for b in json.loads(p.stdout)["backends"]} if p.returncode == 0 else {}
         record(name in rows and rows[name]["source"] == spec, f"list {spec}: {p.stderr.strip()[-300:]}")
@@ -114,19 +120,41 @@ def test_python_kernels():
                  "--precision", "fp32", "--check"])
         record(p.returncode == 0 and "within" in p.stdout, f"attend --check {name}: exit {p.returncode} "
                                                            f"{p.stdout[-400:]} {p.stderr[-300:]}")
+    # The runtimes' narrow storage, with the storage accumulation they declare (intermediates rounded to the
+    # storage: each exceeds the fp32-accumulation bound at n_kv = 253, d = 64, measured 2026-12-02).
+    for spec, name, precision in (("python:attention_lab.peers:openvino_sdpa", "openvino-sdpa", "bf16"),
+                                  ("python:attention_lab.peers:onnxruntime_attention", "onnxruntime-attention",
+                                   "fp16")):
+        p = lab(["attend", "--random", "2,4,137,253,64,64,2", "--mask", "causal", "--plugin", spec, "--backend", name,
+                 "--precision", precision, "--accumulate", "storage", "--check"])
+        record(p.returncode == 0 and "within" in p.stdout, f"attend --check {name} {precision}: exit {p.returncode} "
+                                                           f"{p.stdout[-400:]} {p.stderr[-300:]}")
+    # PyTorch binds to its own BLAS inside our programs (attention_lab.bridge._import_torch): libtorch's sgemm_
+    # once bound to the OpenBLAS attn-lab links. The dynamic linker's own account of the bindings decides.
+    with tempfile.TemporaryDirectory() as work:
+        trace = os.path.join(work, "ld")
+        p = lab(["attend", "--random", "1,2,256,256,64,64", "--plugin", "python:attention_lab.peers:torch_flash",
+                 "--backend", "torch-flash", "--precision", "fp32"],
+                env=dict(os.environ, LD_DEBUG="bindings", LD_DEBUG_OUTPUT=trace))
+        bindings = [line for f in os.listdir(work) for line in open(os.path.join(work, f), errors="replace")
+                    if "libtorch_cpu.so" in line.split(" to ")[0] and "`sgemm_'" in line]
+        record(p.returncode == 0 and bindings and all("libopenblas" not in b for b in bindings),
+               f"libtorch's sgemm_ binds to its own: exit {p.returncode}, {len(bindings)} bindings "
+               f"{[b.strip()[-160:] for b in bindings[:2]]}")
     # JAX (XLA on the CPU): the suite's bottom-right causal alignment through its boolean mask.
     p = lab(["attend", "--random", "2,4,37,53,16,16,2", "--mask", "causal", "--plugin", "python:attention_lab.peers:jax_xla",
              "--backend", "jax-xla", "--precision", "fp32", "--backward", "--check"])
     record(p.returncode == 0 and "dk " in p.stdout and "EXCEEDED" not in p.stdout,
            f"attend --backward --check jax-xla: exit {p.returncode} {p.stdout[-600:]} {p.stderr[-400:]}")
-    # torch-flash's backward (its aten kernel) against the suite's gradient bounds.
-    for precision, acc in (("fp32", "fp32"), ("bf16", "storage")):  # (bf16: the weights rounded, peers.py)
-        p = lab(["attend", "--random", "2,4,37,53,16,16,2", "--mask", "causal", "--plugin",
-                 "python:attention_lab.peers:torch_flash", "--backend", "torch-flash", "--precision", precision,
-                 "--accumulate", acc, "--backward", "--check"])
-        record(p.returncode == 0 and "dk " in p.stdout and "EXCEEDED" not in p.stdout,
-               f"attend --backward --check torch-flash {precision}: exit {p.returncode} {p.stdout[-600:]} "
-               f"{p.stderr[-300:]}")
+    # torch-flash's backward (its aten kernel) and torch-math's (autograd) against the suite's gradient bounds.
+    for name in ("torch_flash", "torch_math"):
+        for precision, acc in (("fp32", "fp32"), ("bf16", "storage")):  # (bf16: the weights rounded, peers.py)
+            p = lab(["attend", "--random", "2,4,37,53,16,16,2", "--mask", "causal", "--plugin",
+                     f"python:attention_lab.peers:{name}", "--backend", name.replace("_", "-"), "--precision",
+                     precision, "--accumulate", acc, "--backward", "--check"])
+            record(p.returncode == 0 and "dk " in p.stdout and "EXCEEDED" not in p.stdout,
+                   f"attend --backward --check {name} {precision}: exit {p.returncode} {p.stdout[-600:]} "
+                   f"{p.stderr[-300:]}")
 
     with tempfile.TemporaryDirectory() as work:
         with open(os.path.join(work, "broken_kernels.py"), "w") as f:
@@ -178,6 +206,17 @@ def test_python_kernels():
         runs = json.load(open(out))["benchmarks"] if os.path.exists(out) else []
         timed = {r["attn"]["backend"]: r["attn"]["plugin"] for r in runs if not r.get("error_occurred")}
         record(timed == {"streaming": False, "torch-flash": True}, f"attn-bench: {timed} {p.stderr[-300:]}")
+        # A kernel that raises is that benchmark's error, named; attn-bench goes on (it terminated before).
+        p = subprocess.run([ATTN_BENCH, "--profile", "smoke", "--benchmark_min_time=0", "--plugin",
+                            "python:broken_kernels:raises", "--benchmark_filter=^attn/(streaming|raises)/fp64/causal:0/",
+                            "--benchmark_out=" + out, "--benchmark_out_format=json"], capture_output=True, text=True,
+                           timeout=600, env=env)
+        runs = json.load(open(out))["benchmarks"] if os.path.exists(out) else []
+        failed = [r["error_message"] for r in runs if r["attn"]["backend"] == "raises" and r.get("error_occurred")]
+        ran = [r for r in runs if r["attn"]["backend"] == "streaming" and not r.get("error_occurred")]
+        record(p.returncode == 0 and failed and all("a deliberate failure" in m for m in failed) and ran,
+               f"attn-bench: a raising kernel is its benchmark's error: exit {p.returncode} {failed[:1]} "
+               f"{len(ran)} streaming rows {p.stderr[-300:]}")
         p = subprocess.run([ATTN_BENCH, "--profile", "smoke", "--benchmark_min_time=0", "--plugin",
                             "python:attention_lab.peers:torch_flash", "--benchmark_filter=^attn_bwd/(streaming|torch-flash)/(fp32|bf16)/causal:0/threads:1/",
                             "--benchmark_out=" + out, "--benchmark_out_format=json"], capture_output=True, text=True,

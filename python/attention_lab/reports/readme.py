@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from attention_lab import ROOT as _ROOT, io
+from attention_lab import ROOT as _ROOT, io, race
 from attention_lab import runs as run_records  # (tight_ratio, verdict_counts; runs() below is a README block)
 from attention_lab.reports import common as report  # (bench_rows, backends_with, fmt_bytes, load)
 
@@ -345,8 +345,16 @@ def summary(d):
         "- mutation testing of the real kernels: " + mutation(d)])
 
 
+def runtime_race(d):
+    """The committed runtime race (bench/runtime_race.json, scripts/run --race): not the run's data, the race's."""
+    result = race.load()
+    if result is None:
+        raise SystemExit("readme_figures: no bench/runtime_race.json (scripts/run --race makes it)")
+    return race.markdown(result)
+
+
 BLOCKS = {"summary": summary, "runs": runs, "variants": variants, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
-          "mutation": mutation, "backward": backward, "torch": torch}
+          "mutation": mutation, "backward": backward, "torch": torch, "runtime-race": runtime_race}
 
 
 def render(text, d, seen=None, where="README.md"):
