@@ -122,18 +122,23 @@ def performance(d):
     return "\n".join(lines)
 
 
-def torch(d):
-    """What the suite found about PyTorch's CPU attention (the torch plugin) in the committed run: the fused
-    backend's speed over each torch kernel (n, d, threads), its accuracy per precision, attn-lab verify's verdicts."""
+def peers(d):
+    """What the suite found about the peers (every plugin of the committed run: PyTorch's kernels and the runtime
+    race's winner): the fused backend's speed over each (n, d, threads), their accuracy per precision, attn-lab
+    verify's verdicts."""
     bench, rows = d["bench"], d["rows"]
-    plugins = [b for b in report.backends_with(bench, plugin=True) if b.startswith("torch-")]
+    plugins = report.backends_with(bench, plugin=True)
     if not plugins:
-        return f"The committed run (`reports/runs/{d['stamp']}`) has no torch plugin rows."
+        return f"The committed run (`reports/runs/{d['stamp']}`) has no plugin rows."
+    packages = d["build"].get("python_packages", {})
+    versions = ", ".join(f"{label} {packages[k]}" for k, label in (("torch", "PyTorch"), ("openvino", "OpenVINO"),
+                                                                   ("onnxruntime", "ONNX Runtime"))
+                         if packages.get(k, "not installed") != "not installed") or "PyTorch 1.13"
     fused = report.backends_with(bench, own_threads=True, memory_independent_of_n=True)[0]
     at = {(r["backend"], r["family"], r["n"], r["d"], r["threads"], r["precision"], r["causal"]): r for r in rows
           if r["family"] in ("attn", "attn_h8", "attn_bwd") and "n" in r}
     lines = [f"In the committed run `reports/runs/{d['stamp']}` ({machine(d)}; `plugins.md`): time of "
-             f"PyTorch {d['build'].get('python_packages', {}).get('torch', '1.13')}'s kernels over {fused}'s "
+             f"the peers' kernels ({versions}) over {fused}'s "
              "(median calls, same benchmarks of the same attn-bench process; > 1: ours is faster; [95% bootstrap "
              "interval] where both have six samples or more; n/a: not in the run, n/s: the kernel has no such "
              "pass):", "",
@@ -354,7 +359,7 @@ def runtime_race(d):
 
 
 BLOCKS = {"summary": summary, "runs": runs, "variants": variants, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
-          "mutation": mutation, "backward": backward, "torch": torch, "runtime-race": runtime_race}
+          "mutation": mutation, "backward": backward, "peers": peers, "runtime-race": runtime_race}
 
 
 def render(text, d, seen=None, where="README.md"):
