@@ -22,20 +22,46 @@ attn_install_missing() {
 }
 
 # The project's Python environment, .venv/ at the checkout's root (git ignores it): Debian's python3 with its
-# own packages, every version pinned in python/requirements.txt (PyTorch, NumPy, SciPy, matplotlib, ...; not
-# Debian's: one PyTorch, the pinned one, in every process). Installed when missing or when the pins changed
-# (a stamp holds the file's hash): a second run installs nothing. The first install downloads about 3 GB
-# (PyTorch's Linux wheel carries CUDA libraries) and took 2 min 53 s here.
+# own packages, every version pinned in python/requirements.txt (PyTorch, NumPy, SciPy, matplotlib, OpenVINO,
+# ONNX Runtime, JAX, ...; not Debian's: one PyTorch, the pinned one, in every process). A new checkout's .venv is
+# a link to an environment shared by every checkout on this machine with the same pins,
+# ${ATTN_VENVS:-~/.cache/attention-lab}/venv-<hash of requirements.txt>, made once (the first install downloads
+# about 3 GB, PyTorch's Linux wheel carrying CUDA libraries, and takes minutes; from pip's cache 1 min 31 s,
+# measured 2026-12-02) under a lock, so a fresh clone (CI's) installs nothing when the pins are installed. When
+# the pins change, the new environment replaces the store's others (6 GB each); a checkout still linked to a
+# removed one makes it again. A .venv that is a directory (made by an older setup.sh) stays one and is updated
+# in place. A second run installs nothing (a stamp holds requirements.txt's hash).
 attn_python_env() {
-  local want
+  local want store shared
   want=$(sha256sum python/requirements.txt | cut -d' ' -f1)
   if [ -x .venv/bin/python3 ] && [ "$(cat .venv/.requirements-sha256 2>/dev/null)" = "$want" ]; then
     return 0
   fi
-  echo "installing the Python environment (.venv) from python/requirements.txt"
-  [ -x .venv/bin/python3 ] || /usr/bin/python3 -m venv .venv
-  .venv/bin/python3 -m pip install --quiet --disable-pip-version-check -r python/requirements.txt
-  echo "$want" > .venv/.requirements-sha256
+  if [ -d .venv ] && [ ! -L .venv ]; then  # a checkout's own environment: updated where it is
+    echo "installing the Python environment (.venv) from python/requirements.txt"
+    .venv/bin/python3 -m pip install --quiet --disable-pip-version-check -r python/requirements.txt
+    echo "$want" > .venv/.requirements-sha256
+    return 0
+  fi
+  store="${ATTN_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/attention-lab}"
+  shared="$store/venv-${want:0:16}"
+  mkdir -p "$store"
+  (
+    flock 9
+    if [ -x "$shared/bin/python3" ] && [ "$(cat "$shared/.requirements-sha256" 2>/dev/null)" = "$want" ]; then
+      exit 0
+    fi
+    echo "installing the Python environment ($shared) from python/requirements.txt"
+    rm -rf "$shared"
+    /usr/bin/python3 -m venv "$shared"
+    "$shared/bin/python3" -m pip install --quiet --disable-pip-version-check -r python/requirements.txt
+    echo "$want" > "$shared/.requirements-sha256"
+    for old in "$store"/venv-*; do
+      [ "$old" = "$shared" ] || rm -rf "$old"
+    done
+  ) 9>"$store/.lock"
+  rm -f .venv
+  ln -s "$shared" .venv
 }
 
 # Configures build/ once (release, portable: the vector kernels are chosen at
