@@ -117,7 +117,12 @@ def check_slurm(work, bench_names):
         while time.monotonic() < deadline and c.run("squeue", "-h", "-j", f"{array}_1", "-o", "%T",
                                                     check=False).stdout.strip() != "RUNNING":
             time.sleep(0.5)
-        time.sleep(3)  # inside its steps
+        # Inside its steps: its log shows one (a fixed 3 s after RUNNING was not always enough: on a loaded
+        # machine the shard's Python had not printed its first step yet, and the check below failed).
+        shard_log = os.path.join(out, "slurm", "logs", "shard-1.err")
+        while time.monotonic() < deadline and "[shard 1/4 step" not in (
+                open(shard_log).read() if os.path.exists(shard_log) else ""):
+            time.sleep(0.2)
         checks.record(c.run("scancel", f"{array}_1", check=False).returncode == 0, "scancel of shard 1's task")
         wait_empty(c, "first submission")
         first_seconds = time.monotonic() - t0
