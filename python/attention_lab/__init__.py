@@ -1,4 +1,5 @@
-"""attention-lab's tooling: the runs and their files (io, bench, runs), the
+"""attention-lab in Python: the library itself (attention_lab.api, on its extension module _core: attend,
+check, backends, precisions, reachable as attention_lab.attend etc.), and the tooling: the runs and their files (io, bench, runs), the
 statistics (stats), the reports (reports: one module per report, the run's
 page, the README's figures), comparing runs (compare), their history
 (history), sweeps in shards (sweep, progress) and the mutation catalogue
@@ -23,3 +24,15 @@ def module_env(env=None):
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join([PYTHON_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
+
+
+_API = ("attend", "check", "backends", "precisions", "load_plugin", "Result", "Verdict")
+
+
+def __getattr__(name):
+    """attention_lab.attend and the rest of the API (attention_lab.api), imported when first used, so that the
+    tooling imports without the extension module."""
+    if name in _API:
+        from attention_lab import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'attention_lab' has no attribute {name!r}")

@@ -1,0 +1,172 @@
+"""attention_lab from Python: a backend of the library on NumPy arrays or torch tensors, and its verdict.
+
+    >>> import numpy as np, attention_lab as al
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = (rng.standard_normal((2, 64, 32)) for _ in range(3))    # [heads, n, d]
+    >>> r = al.attend(q, k, v, backend="streaming", precision="bf16", causal=True)
+    >>> r.out.shape
+    (2, 64, 32)
+    >>> al.check(r).passed
+    True
+
+The library's own extension module (attention_lab._core, python/ext/core.cpp) does the work: the same
+registry, backends and verdict as `attn-lab attend --check`, with the same one-line messages (bad shapes,
+options or names raise ValueError; a combination a backend does not claim raises NotImplementedError). The GIL
+is released while a backend or the verdict runs. Tensors cross once as float64 (the library's entry point
+takes float64 inputs and rounds them to the storage precision itself, as it does the CLI's .npy files);
+results come back as NumPy arrays, or as torch tensors when torch tensors came in, with the inputs' rank
+(2: [n, d], 3: [heads, n, d], 4: [batch, heads, n, d]; K and V with fewer heads than Q: grouped-query
+attention).
+"""
+import importlib
+import os
+import sys
+
+import numpy as np
+
+from attention_lab import ROOT
+
+
+def _core():
+    """attention_lab._core: installed beside this package (pip install .), else from the build tree
+    (ATTN_BUILD, default build/ in the checkout: meson builds it as python/ext/_core)."""
+    try:
+        return importlib.import_module("attention_lab._core")
+    except ImportError:
+        pass
+    built = os.path.join(os.environ.get("ATTN_BUILD", os.path.join(ROOT, "build")), "python", "ext")
+    package = sys.modules["attention_lab"]
+    if built not in package.__path__:
+        package.__path__.append(built)
+    try:
+        return importlib.import_module("attention_lab._core")
+    except ImportError as e:
+        raise ImportError(f"attention_lab._core is not built ({e}): build the project (scripts/setup.sh) or "
+                          "pip install . from the checkout") from None
+
+
+def backends():
+    """Every backend of the registry: name, description, traits, source, whether it has a backward pass."""
+    return _core().backends()
+
+
+def load_plugin(path):
+    """A plugin library's kernels (include/attn/plugin.h) as backends of the registry; returns their names."""
+    return _core().load_plugin(os.fspath(path))
+
+
+def precisions():
+    """Every storage precision: name, unit roundoff, largest finite value, bytes, default accumulation."""
+    return _core().precisions()
+
+
+def _as_float64(x, name):
+    """(a float64 [B, H, n, d] array, rank, framework) of a NumPy array or torch tensor of rank 2 to 4."""
+    framework = "numpy"
+    if type(x).__module__.startswith("torch"):
+        framework = "torch"
+        x = x.detach().to("cpu")
+        x = x.double().numpy()
+    a = np.asarray(x)
+    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"{name}: a float array or tensor, not {a.dtype}")
+    if a.ndim not in (2, 3, 4):
+        raise ValueError(f"{name}: rank {a.ndim}: give [n, d], [heads, n, d] or [batch, heads, n, d]")
+    rank = a.ndim
+    while a.ndim < 4:
+        a = a[np.newaxis]
+    return np.ascontiguousarray(a, dtype=np.float64), rank, framework
+
+
+def _back(a, rank, framework):
+    """A [B, H, ...] result in the inputs' rank and framework."""
+    if a is None:
+        return None
+    keep = rank if a.ndim == 4 else rank - 1  # out, weights [B, H, n_q, .]; lse [B, H, n_q]
+    a = a.reshape(a.shape[a.ndim - keep:])
+    if framework == "torch":
+        import torch
+        return torch.from_numpy(a)
+    return a
+
+
+class Result:
+    """One backend call: out (and lse, weights where asked), the backend, precision, accumulation, the cold
+    call's seconds and workspace bytes. check(result) judges it."""
+
+    def __init__(self, core_result, rank, framework):
+        self._core = core_result
+        self.out = _back(core_result.out, rank, framework)
+        self.lse = _back(core_result.lse, rank, framework)
+        self.weights = _back(core_result.weights, rank, framework)
+        self.backend, self.precision, self.accumulate = (core_result.backend, core_result.precision,
+                                                         core_result.accumulate)
+        self.seconds, self.workspace_bytes = core_result.seconds, core_result.workspace_bytes
+
+    def __repr__(self):
+        return (f"<attention_lab.Result {self.backend} {self.precision} (accumulate {self.accumulate}), out "
+                f"{tuple(self.out.shape)}, {self.seconds * 1e3:.3g} ms cold, workspace {self.workspace_bytes} B>")
+
+
+def attend(q, k, v, *, backend="streaming", precision="fp32", accumulate=None, scale=None, causal=False,
+           window=None, key_lengths=None, allowed=None, bias=None, softcap=None, sinks=None, alibi=None,
+           segments=None, kv_splits=0, threads=1, block_q=0, block_k=0, need_lse=False, need_weights=False):
+    """Attention by one backend of the registry, the options of `attn-lab attend`: the mask (causal, aligned
+    bottom-right; window: causal and the last `window` keys; key_lengths [B]; allowed [n_q, n_kv] bool; bias
+    [n_q, n_kv], -inf masks), scale (default 1/sqrt(d_k)), softcap, sinks [H], alibi (True: the paper's slopes,
+    or [H] slopes), segments [B, n] document ids, kv_splits, threads, block sizes, accumulate (fp64, fp32,
+    storage; default: the precision's). Returns a Result.
+
+    >>> import numpy as np, attention_lab as al
+    >>> x = np.random.default_rng(1).standard_normal((16, 8))
+    >>> r = al.attend(x, x, x, backend="math", precision="fp64", need_lse=True)
+    >>> r.lse.shape
+    (16,)
+    """
+    (qa, rank, framework), (ka, _, _), (va, _, _) = (_as_float64(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    arrays = {name: None if x is None else np.asarray(x, dtype=np.float64)
+              for name, x in (("key_lengths", key_lengths), ("allowed", allowed), ("bias", bias), ("sinks", sinks),
+                              ("segments", segments))}
+    if alibi is not None and not isinstance(alibi, bool):
+        alibi = np.asarray(alibi, dtype=np.float64)
+    r = _core().attend(qa, ka, va, backend=backend, precision=precision, accumulate=accumulate, scale=scale,
+                       causal=causal, window=window, softcap=softcap, alibi=alibi, kv_splits=kv_splits,
+                       threads=threads, block_q=block_q, block_k=block_k, need_lse=need_lse,
+                       need_weights=need_weights, **arrays)
+    return Result(r, rank, framework)
+
+
+class Verdict:
+    """verify()'s verdicts on a result, as `attn-lab attend --check --json` prints them: the truth used, the
+    largest errors, the tight verdict (per row: the probabilistic bound and twice the baseline's error) and the
+    guaranteed one (the worst-case bound); `passed` needs both. `fields` holds every field."""
+
+    def __init__(self, fields):
+        self.fields = fields
+        self.passed = bool(fields["passed"])
+        self.truth = fields["truth"]
+        self.max_abs = fields["max_abs"]
+        self.tight_error, self.tight_tolerance = fields["tight_error"], fields["tight_tolerance"]
+        self.bound = fields["bound"]
+        self.informative = bool(fields["tight_informative"]) and bool(fields["informative"])
+
+    def __bool__(self):
+        return self.passed
+
+    def __repr__(self):
+        f = self.fields
+        tight = "within" if f["within_tight"] else "EXCEEDED"
+        worst = "within" if f["within"] else "EXCEEDED"
+        return (f"<attention_lab.Verdict {'PASS' if self.passed else 'FAIL'}: max |O - truth| {f['max_abs']:.3g} "
+                f"(truth {f['truth']}); tight: row {f['tight_row']} error {f['tight_error']:.3g}, tolerance "
+                f"{f['tight_tolerance']:.3g}: {tight}; guaranteed: bound {f['bound']:.3g}: {worst}"
+                + ("" if self.informative else "; uninformative") + ">")
+
+
+def check(result):
+    """The verdict on a Result of attend(): its output (and lse, weights where returned) against the ground
+    truth of its rounded inputs (50 digits where affordable), tight and guaranteed, as `attn-lab attend
+    --check`."""
+    if not isinstance(result, Result):
+        raise TypeError(f"check: an attention_lab.Result from attend(), not {type(result).__name__}")
+    return Verdict(_core().check(result._core))

@@ -1,0 +1,100 @@
+"""api: attention_lab in Python (attention_lab.api over the extension module _core, python/ext/core.cpp).
+
+  - the registry from Python: every backend with its traits, every precision;
+  - attend on NumPy arrays of rank 2, 3 and 4 and on torch tensors: the output in the inputs' rank and
+    framework, equal to `attn-lab attend`'s for the same inputs (the CLI writes its output as .npy);
+  - check: the verdict of `attn-lab attend --check`, readable (its repr), and able to fail: a plugin that
+    applies the causal mask after the softmax fails it on a causal problem and passes without a mask;
+  - bad input is one ValueError / TypeError / NotImplementedError naming what is wrong, never a crash;
+  - the docstrings' examples and the README's Python section run (doctest).
+"""
+import doctest
+import os
+import subprocess
+import tempfile
+
+import numpy as np
+
+from checklib import Checks
+from paths import ATTN_LAB, BUILD, SOURCE
+
+CHECKS = Checks()
+record = CHECKS.record
+SEED = 20261202
+
+
+def raises(f, kind, *words):
+    try:
+        f()
+    except kind as e:
+        return all(w in str(e) for w in words), str(e)
+    except Exception as e:  # another exception is a failure of the check, named
+        return False, f"{type(e).__name__}: {e}"
+    return False, "no exception"
+
+
+def test_api():
+    import attention_lab as al
+    from attention_lab import api
+    print(f"seed {SEED}")
+    rows = {b["name"]: b for b in al.backends()}
+    record("streaming" in rows and rows["streaming"]["traits"]["own_threads"] and rows["streaming"]["backward"],
+           f"backends: {sorted(rows)}")
+    units = {p["name"]: p["unit_roundoff"] for p in al.precisions()}
+    record(units.get("bf16") == 2.0 ** -8 and units.get("fp32") == 2.0 ** -24, f"precisions: {units}")
+
+    rng = np.random.default_rng(SEED)
+    q, k, v = (rng.standard_normal((2, 3, 37, 16)) for _ in range(3))
+    k, v = k[:, :1], v[:, :1]  # grouped-query attention by shapes: 3 query heads on 1 K/V head
+    r = al.attend(q, k, v, backend="streaming", precision="bf16", causal=True, need_lse=True)
+    verdict = al.check(r)
+    record(r.out.shape == (2, 3, 37, 16) and r.lse.shape == (2, 3, 37) and verdict.passed and verdict.informative
+           and "PASS" in repr(verdict) and verdict.truth == "mp50", f"attend + check, bf16 GQA causal: {verdict!r}")
+    # The same as the CLI's output on the same inputs.
+    with tempfile.TemporaryDirectory() as work:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            np.save(os.path.join(work, name + ".npy"), t)
+        p = subprocess.run([ATTN_LAB, "attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--backend",
+                            "streaming", "--precision", "bf16", "--mask", "causal", "--out", "o.npy"], cwd=work,
+                           capture_output=True, text=True, timeout=300)
+        cli = np.load(os.path.join(work, "o.npy")) if p.returncode == 0 else None
+        record(cli is not None and np.array_equal(cli, r.out), f"attend = attn-lab attend --out: exit {p.returncode} "
+                                                                f"{p.stderr[-200:]}")
+    # Ranks 2 and 3 and torch tensors keep their rank and framework.
+    x = rng.standard_normal((40, 8))
+    r2 = al.attend(x, x, x, backend="math", precision="fp64", need_lse=True)
+    record(r2.out.shape == (40, 8) and r2.lse.shape == (40,) and al.check(r2).passed, f"rank 2: {r2!r}")
+    import torch
+    t = torch.from_numpy(rng.standard_normal((4, 33, 8))).float()
+    r3 = al.attend(t, t, t, precision="fp32", window=5)
+    record(isinstance(r3.out, torch.Tensor) and tuple(r3.out.shape) == (4, 33, 8) and al.check(r3).passed,
+           f"torch rank 3, window: {type(r3.out).__name__} {tuple(r3.out.shape)}")
+
+    # check can fail: the example plugin built to apply the mask after the softmax.
+    names = al.load_plugin(os.path.join(BUILD, "plugins", "libattn_wrong_mask_after_softmax.so"))
+    wrong = names[0]
+    masked = al.check(al.attend(q[:, :, :20], q[:, :, :20], q[:, :, :20], backend=wrong, precision="fp64",
+                                causal=True))
+    unmasked = al.check(al.attend(q[:, :, :20], q[:, :, :20], q[:, :, :20], backend=wrong, precision="fp64"))
+    record(not masked.passed and "FAIL" in repr(masked) and unmasked.passed,
+           f"the wrong plugin {wrong}: causal {masked!r}; no mask {unmasked!r}")
+
+    # Bad input: one clear exception each.
+    for label, f, kind, words in (
+            ("unknown backend", lambda: al.attend(x, x, x, backend="nope"), ValueError, ["nope"]),
+            ("unknown precision", lambda: al.attend(x, x, x, precision="fp7"), ValueError, ["fp7"]),
+            ("rank 5", lambda: al.attend(x[None, None, None], x, x), ValueError, ["rank 5"]),
+            ("strings", lambda: al.attend(np.array([["a"]]), x, x), TypeError, ["float"]),
+            ("d_k mismatch", lambda: al.attend(x, x[:, :4], x), ValueError, []),
+            ("two masks", lambda: al.attend(x, x, x, causal=True, bias=np.zeros((40, 40))), ValueError, ["one mask"]),
+            ("threads 0", lambda: al.attend(x, x, x, threads=0), ValueError, ["threads"]),
+            ("not a result", lambda: al.check(x), TypeError, ["Result"]),
+            ("unsupported", lambda: al.attend(x, x, x, backend=wrong, precision="bf16"), NotImplementedError, [])):
+        ok, message = raises(f, kind, *words)
+        record(ok, f"{label}: {message}")
+
+    failures, tried = doctest.testmod(api, verbose=False)
+    record(tried > 0 and failures == 0, f"api's docstring examples: {tried} tried, {failures} failed")
+    failures, tried = doctest.testfile(os.path.join(SOURCE, "README.md"), module_relative=False, verbose=False)
+    record(tried > 0 and failures == 0, f"README's Python section: {tried} tried, {failures} failed")
+    CHECKS.finish()
