@@ -90,6 +90,13 @@ def _back(a, rank, framework):
     return a
 
 
+def _option_arrays(alibi, **arrays):
+    """The options that are tensors (mask tensors, sinks, segments; alibi when not a bool) as float64 arrays."""
+    out = {name: None if x is None else np.asarray(x, dtype=np.float64) for name, x in arrays.items()}
+    out["alibi"] = alibi if alibi is None or isinstance(alibi, bool) else np.asarray(alibi, dtype=np.float64)
+    return out
+
+
 class Result:
     """One backend call: out (and lse, weights where asked), the backend, precision, accumulation, the cold
     call's seconds and workspace bytes. check(result) judges it."""
@@ -124,13 +131,10 @@ def attend(q, k, v, *, backend="streaming", precision="fp32", accumulate=None, s
     (16,)
     """
     (qa, rank, framework), (ka, _, _), (va, _, _) = (_as_float64(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-    arrays = {name: None if x is None else np.asarray(x, dtype=np.float64)
-              for name, x in (("key_lengths", key_lengths), ("allowed", allowed), ("bias", bias), ("sinks", sinks),
-                              ("segments", segments))}
-    if alibi is not None and not isinstance(alibi, bool):
-        alibi = np.asarray(alibi, dtype=np.float64)
+    arrays = _option_arrays(key_lengths=key_lengths, allowed=allowed, bias=bias, sinks=sinks, segments=segments,
+                            alibi=alibi)
     r = _core().attend(qa, ka, va, backend=backend, precision=precision, accumulate=accumulate, scale=scale,
-                       causal=causal, window=window, softcap=softcap, alibi=alibi, kv_splits=kv_splits,
+                       causal=causal, window=window, softcap=softcap, kv_splits=kv_splits,
                        threads=threads, block_q=block_q, block_k=block_k, need_lse=need_lse,
                        need_weights=need_weights, **arrays)
     return Result(r, rank, framework)
@@ -163,10 +167,35 @@ class Verdict:
                 + ("" if self.informative else "; uninformative") + ">")
 
 
-def check(result):
-    """The verdict on a Result of attend(): its output (and lse, weights where returned) against the ground
-    truth of its rounded inputs (50 digits where affordable), tight and guaranteed, as `attn-lab attend
-    --check`."""
-    if not isinstance(result, Result):
-        raise TypeError(f"check: an attention_lab.Result from attend(), not {type(result).__name__}")
-    return Verdict(_core().check(result._core))
+def check(result, q=None, k=None, v=None, *, precision="fp32", accumulate=None, scale=None, causal=False,
+          window=None, key_lengths=None, allowed=None, bias=None, softcap=None, sinks=None, alibi=None,
+          segments=None):
+    """The verdict, tight and guaranteed, as `attn-lab attend --check` gives it, against the ground truth of
+    the inputs rounded to the storage precision (50 digits where affordable):
+
+    - on a Result of attend(): its output (and lse, weights where returned);
+    - on an output computed elsewhere (a NumPy array or torch tensor, your kernel's), with the q, k, v it was
+      computed from and the problem's options (attend()'s): judged as an outside kernel that stores in
+      `precision` and computes under `accumulate` (default: the precision's, fp32 for bf16 and fp16).
+
+    >>> import numpy as np, attention_lab as al
+    >>> x = np.random.default_rng(2).standard_normal((32, 16))
+    >>> s = x @ x.T / 4.0
+    >>> p = np.exp(s - s.max(axis=1, keepdims=True))
+    >>> al.check((p / p.sum(axis=1, keepdims=True)) @ x, x, x, x, precision="fp64").passed
+    True
+    >>> al.check(p @ x, x, x, x, precision="fp64").passed    # not normalised
+    False
+    """
+    if isinstance(result, Result):
+        if q is not None or k is not None or v is not None:
+            raise TypeError("check: a Result carries its inputs; give q, k, v only with an output array")
+        return Verdict(_core().check(result._core))
+    if q is None or k is None or v is None:
+        raise TypeError("check: a Result from attend(), or an output with the q, k, v it was computed from")
+    (oa, _, _), (qa, _, _), (ka, _, _), (va, _, _) = (_as_float64(t, n) for t, n in
+                                                      ((result, "out"), (q, "q"), (k, "k"), (v, "v")))
+    arrays = _option_arrays(key_lengths=key_lengths, allowed=allowed, bias=bias, sinks=sinks, segments=segments,
+                            alibi=alibi)
+    return Verdict(_core().check_output(oa, qa, ka, va, precision=precision, accumulate=accumulate, scale=scale,
+                                        causal=causal, window=window, softcap=softcap, **arrays))

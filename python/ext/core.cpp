@@ -127,6 +127,18 @@ py::object json_to_python(const attn::Json& j) {
   return py::module_::import("json").attr("loads")(attn::dump(j));
 }
 
+// verify()'s verdicts on a report, as the JSON every tool writes (attn/verify/verdict_json.hpp), and `passed`.
+py::object verdict(const attn::RunReport& report, const attn::Options& opt) {
+  attn::Check c;
+  {
+    py::gil_scoped_release unlocked;
+    c = attn::verify(report, opt);
+  }
+  attn::Json j = attn::to_json(c);
+  j["passed"] = c.passed();
+  return json_to_python(j);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -199,14 +211,42 @@ PYBIND11_MODULE(_core, m) {
       py::arg("need_weights") = false);
 
   // The verdict of verify() on a result, as the JSON every tool writes (attn/verify/verdict_json.hpp).
-  m.def("check", [](const Result& r) {
-    attn::Check c;
-    {
-      py::gil_scoped_release unlocked;
-      c = attn::verify(r.report, r.options);
-    }
-    attn::Json j = attn::to_json(c);
-    j["passed"] = c.passed();
-    return json_to_python(j);
-  });
+  m.def("check", [](const Result& r) { return verdict(r.report, r.options); });
+
+  // The verdict on an output computed elsewhere (a Python kernel's, say) from q, k, v under the options: judged
+  // as an outside kernel's (the traits of a plugin row) that stores in `precision` and computes under
+  // `accumulate`. The report around it (the inputs rounded to the precision, the unit roundoffs and underflow
+  // allowances) comes from the baseline backend's run on the same problem, whose output it replaces.
+  m.def(
+      "check_output",
+      [](const Array& out, const Array& q, const Array& k, const Array& v, const std::string& precision,
+         std::optional<std::string> accumulate, std::optional<double> scale, bool causal,
+         std::optional<std::size_t> window, std::optional<Array> key_lengths, std::optional<Array> allowed,
+         std::optional<Array> bias, std::optional<double> softcap, std::optional<Array> sinks, py::object alibi,
+         std::optional<Array> segments) {
+        const attn::Shape s{static_cast<std::size_t>(q.ndim() == 4 ? q.shape(0) : 0),
+                            static_cast<std::size_t>(q.ndim() == 4 ? q.shape(1) : 0)};
+        const attn::Options opt = options_of(s, scale, causal, window, key_lengths, allowed, bias, softcap, sinks, alibi,
+                                             segments, 0, 1, 0, 0, false, false);
+        xt::xtensor<double, 4> o = tensor<4>(out, "out");
+        Result r = attend(q, k, v, std::string(attn::baseline_backend().name), precision, accumulate, opt);
+        if (o.shape() != r.report.out.shape())
+          throw attn::Error("out: shape [" + std::to_string(o.shape(0)) + ", " + std::to_string(o.shape(1)) + ", " +
+                            std::to_string(o.shape(2)) + ", " + std::to_string(o.shape(3)) + "], expected [" +
+                            std::to_string(r.report.out.shape(0)) + ", " + std::to_string(r.report.out.shape(1)) +
+                            ", " + std::to_string(r.report.out.shape(2)) + ", " +
+                            std::to_string(r.report.out.shape(3)) + "] (q's batch, heads, n_q and v's d_v)");
+        r.report.out = std::move(o);
+        r.report.lse.reset();
+        r.report.weights.reset();
+        r.report.traits = attn::BackendTraits{};
+        r.report.traits.plugin = true;
+        const attn::Accumulate acc = r.report.accumulate;
+        return verdict(attn::judged_as(std::move(r.report), acc), opt);
+      },
+      py::arg("out"), py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("precision"),
+      py::arg("accumulate") = py::none(), py::arg("scale") = py::none(), py::arg("causal") = false,
+      py::arg("window") = py::none(), py::arg("key_lengths") = py::none(), py::arg("allowed") = py::none(),
+      py::arg("bias") = py::none(), py::arg("softcap") = py::none(), py::arg("sinks") = py::none(),
+      py::arg("alibi") = py::none(), py::arg("segments") = py::none());
 }

@@ -5,6 +5,8 @@
     framework, equal to `attn-lab attend`'s for the same inputs (the CLI writes its output as .npy);
   - check: the verdict of `attn-lab attend --check`, readable (its repr), and able to fail: a plugin that
     applies the causal mask after the softmax fails it on a causal problem and passes without a mask;
+  - check on an output computed elsewhere: PyTorch's SDPA passes (fp32; bf16 with storage accumulation), and
+    three wrong Python kernels fail (mask after the softmax, scale missing, Q and K swapped);
   - bad input is one ValueError / TypeError / NotImplementedError naming what is wrong, never a crash;
   - the docstrings' examples and the README's Python section run (doctest).
 """
@@ -78,6 +80,33 @@ def test_api():
     unmasked = al.check(al.attend(q[:, :, :20], q[:, :, :20], q[:, :, :20], backend=wrong, precision="fp64"))
     record(not masked.passed and "FAIL" in repr(masked) and unmasked.passed,
            f"the wrong plugin {wrong}: causal {masked!r}; no mask {unmasked!r}")
+
+    # check on outputs computed elsewhere: PyTorch's SDPA (an outside oracle) passes in fp32 and in bf16 (with
+    # the storage accumulation it computes in, peers.py); three wrong kernels fail.
+    import torch.nn.functional as F
+    tq, tk, tv = (torch.from_numpy(rng.standard_normal((2, 48, 16))).float() for _ in range(3))
+    scale = 16 ** -0.5
+    tril = torch.ones(48, 48, dtype=torch.bool).tril()
+
+    def softmax_v(s, v):
+        return torch.softmax(s, dim=-1) @ v
+
+    kernels = {
+        "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "mask after the softmax": lambda q, k, v: (torch.softmax(q @ k.transpose(-1, -2) * scale, dim=-1)
+                                                   .masked_fill(~tril, 0.0)) @ v,
+        "scale missing": lambda q, k, v: softmax_v((q @ k.transpose(-1, -2)).masked_fill(~tril, float("-inf")), v),
+        "Q and K swapped": lambda q, k, v: softmax_v((k @ q.transpose(-1, -2) * scale).masked_fill(
+            ~tril, float("-inf")), v)}
+    verdicts = {name: al.check(f(tq, tk, tv), tq, tk, tv, precision="fp32", causal=True) for name, f in kernels.items()}
+    record(verdicts["sdpa"].passed and not any(v.passed for n, v in verdicts.items() if n != "sdpa"),
+           "check on outside outputs: " + "; ".join(f"{n}: {v!r}" for n, v in verdicts.items()))
+    bq, bk, bv = (t.bfloat16() for t in (tq, tk, tv))
+    bf = al.check(F.scaled_dot_product_attention(bq, bk, bv, is_causal=True), bq, bk, bv, precision="bf16",
+                  accumulate="storage", causal=True)
+    record(bf.passed, f"PyTorch SDPA in bf16, storage accumulation: {bf!r}")
+    ok, message = raises(lambda: al.check(tq[:, :3], tq, tk, tv, causal=True), ValueError, "out: shape")
+    record(ok, f"an output of the wrong shape: {message}")
 
     # Bad input: one clear exception each.
     for label, f, kind, words in (
