@@ -26,7 +26,8 @@ def module_env(env=None):
     return env
 
 
-_API = ("attend", "check", "backends", "precisions", "load_plugin", "Result", "Verdict")
+_API = ("attend", "backward", "check", "ground_truth", "backends", "precisions", "load_plugin", "Result",
+        "BackwardResult", "Verdict")
 
 
 def __getattr__(name):

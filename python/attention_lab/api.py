@@ -90,11 +90,14 @@ def _back(a, rank, framework):
     return a
 
 
-def _option_arrays(alibi, **arrays):
-    """The options that are tensors (mask tensors, sinks, segments; alibi when not a bool) as float64 arrays."""
-    out = {name: None if x is None else np.asarray(x, dtype=np.float64) for name, x in arrays.items()}
-    out["alibi"] = alibi if alibi is None or isinstance(alibi, bool) else np.asarray(alibi, dtype=np.float64)
-    return out
+_TENSOR_OPTIONS = ("key_lengths", "allowed", "bias", "sinks", "segments", "alibi")
+
+
+def _option_arrays(**options):
+    """The options as the extension takes them: the tensors (mask tensors, sinks, segments; alibi when not a
+    bool) as float64 arrays, the rest as given; None is absent."""
+    return {name: np.asarray(x, dtype=np.float64) if name in _TENSOR_OPTIONS and x is not None
+            and not isinstance(x, bool) else x for name, x in options.items()}
 
 
 class Result:
@@ -131,13 +134,54 @@ def attend(q, k, v, *, backend="streaming", precision="fp32", accumulate=None, s
     (16,)
     """
     (qa, rank, framework), (ka, _, _), (va, _, _) = (_as_float64(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-    arrays = _option_arrays(key_lengths=key_lengths, allowed=allowed, bias=bias, sinks=sinks, segments=segments,
-                            alibi=alibi)
-    r = _core().attend(qa, ka, va, backend=backend, precision=precision, accumulate=accumulate, scale=scale,
-                       causal=causal, window=window, softcap=softcap, kv_splits=kv_splits,
-                       threads=threads, block_q=block_q, block_k=block_k, need_lse=need_lse,
-                       need_weights=need_weights, **arrays)
+    options = _option_arrays(scale=scale, causal=causal, window=window, key_lengths=key_lengths, allowed=allowed,
+                             bias=bias, softcap=softcap, sinks=sinks, alibi=alibi, segments=segments,
+                             kv_splits=kv_splits, threads=threads, block_q=block_q, block_k=block_k,
+                             need_lse=need_lse, need_weights=need_weights)
+    r = _core().attend(qa, ka, va, backend=backend, precision=precision, accumulate=accumulate, **options)
     return Result(r, rank, framework)
+
+
+class BackwardResult:
+    """One backward call (the forward once, untimed, then the backward): dq, dk, dv (and the forward's out) in
+    the inputs' rank and kind, the backend, precision, and the backward call's seconds. check() judges it."""
+
+    def __init__(self, core_result, ranks, framework):
+        self._core = core_result
+        self.dq, self.dk, self.dv = (_back(getattr(core_result, n), r, framework) for n, r in zip(("dq", "dk", "dv"),
+                                                                                                 ranks))
+        self.out = _back(core_result.out, ranks[0], framework)
+        self.backend, self.precision, self.seconds = core_result.backend, core_result.precision, core_result.seconds
+
+    def __repr__(self):
+        return (f"<attention_lab.BackwardResult {self.backend} {self.precision}: dq {tuple(self.dq.shape)}, "
+                f"{self.seconds * 1e3:.3g} ms cold>")
+
+
+def backward(q, k, v, d_out, *, backend="streaming", precision="fp32", accumulate=None, **options):
+    """The gradients dq, dk, dv of a backend for the upstream gradient d_out (attend()'s options); a
+    BackwardResult, which check() judges against the gradients' ground truth.
+
+    >>> import numpy as np, attention_lab as al
+    >>> x = np.random.default_rng(3).standard_normal((2, 24, 8))
+    >>> g = al.backward(x, x, x, x, backend="streaming", precision="fp32", causal=True)
+    >>> g.dq.shape, al.check(g).passed
+    ((2, 24, 8), True)
+    """
+    converted = [_as_float64(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (d_out, "d_out"))]
+    r = _core().backward(*(c[0] for c in converted), backend=backend, precision=precision, accumulate=accumulate,
+                         **_option_arrays(**options))
+    return BackwardResult(r, [c[1] for c in converted[:3]], converted[0][2])
+
+
+def ground_truth(q, k, v, *, precision=None, **options):
+    """The ground truth the verdicts use, of q, k, v rounded to `precision` when given (attend()'s options):
+    a dict with out, lse, weights (in the inputs' rank and kind), truth (mp50: 50 digits; double-double; fp64,
+    by cost) and out_error (a bound on the truth's own error, the largest row's)."""
+    (qa, rank, framework), (ka, _, _), (va, _, _) = (_as_float64(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    t = _core().ground_truth(qa, ka, va, precision=precision, **_option_arrays(**options))
+    return {**t, "out": _back(t["out"], rank, framework), "lse": _back(t["lse"], rank, framework),
+            "weights": _back(t["weights"], rank, framework)}
 
 
 class Verdict:
@@ -149,6 +193,11 @@ class Verdict:
         self.fields = fields
         self.passed = bool(fields["passed"])
         self.truth = fields["truth"]
+        self.gradients = [g for g in ("dq", "dk", "dv", "dbias", "dsinks") if g in fields]  # a backward's verdict
+        if self.gradients:
+            self.informative = bool(fields["tight_informative"]) and all(fields[g]["informative"]
+                                                                         for g in self.gradients)
+            return
         self.max_abs = fields["max_abs"]
         self.tight_error, self.tight_tolerance = fields["tight_error"], fields["tight_tolerance"]
         self.bound = fields["bound"]
@@ -159,6 +208,12 @@ class Verdict:
 
     def __repr__(self):
         f = self.fields
+        if self.gradients:
+            return (f"<attention_lab.Verdict {'PASS' if self.passed else 'FAIL'} (gradients, truth {f['truth']}): "
+                    + "; ".join(f"{g} max error {f[g]['max_abs']:.3g}, tight {f[g]['tight_error']:.3g} / "
+                                f"{f[g]['tight_tolerance']:.3g}, bound {f[g]['bound']:.3g}: "
+                                f"{'within' if f[g]['within'] and f[g]['within_tight'] else 'EXCEEDED'}"
+                                for g in self.gradients) + ">")
         tight = "within" if f["within_tight"] else "EXCEEDED"
         worst = "within" if f["within"] else "EXCEEDED"
         return (f"<attention_lab.Verdict {'PASS' if self.passed else 'FAIL'}: max |O - truth| {f['max_abs']:.3g} "
@@ -173,7 +228,8 @@ def check(result, q=None, k=None, v=None, *, precision="fp32", accumulate=None, 
     """The verdict, tight and guaranteed, as `attn-lab attend --check` gives it, against the ground truth of
     the inputs rounded to the storage precision (50 digits where affordable):
 
-    - on a Result of attend(): its output (and lse, weights where returned);
+    - on a Result of attend(): its output (and lse, weights where returned); on a BackwardResult of
+      backward(): its gradients;
     - on an output computed elsewhere (a NumPy array or torch tensor, your kernel's), with the q, k, v it was
       computed from and the problem's options (attend()'s): judged as an outside kernel that stores in
       `precision` and computes under `accumulate` (default: the precision's, fp32 for bf16 and fp16).
@@ -187,15 +243,15 @@ def check(result, q=None, k=None, v=None, *, precision="fp32", accumulate=None, 
     >>> al.check(p @ x, x, x, x, precision="fp64").passed    # not normalised
     False
     """
-    if isinstance(result, Result):
+    if isinstance(result, (Result, BackwardResult)):
         if q is not None or k is not None or v is not None:
             raise TypeError("check: a Result carries its inputs; give q, k, v only with an output array")
-        return Verdict(_core().check(result._core))
+        core = _core()
+        return Verdict(core.check(result._core) if isinstance(result, Result) else core.check_backward(result._core))
     if q is None or k is None or v is None:
         raise TypeError("check: a Result from attend(), or an output with the q, k, v it was computed from")
     (oa, _, _), (qa, _, _), (ka, _, _), (va, _, _) = (_as_float64(t, n) for t, n in
                                                       ((result, "out"), (q, "q"), (k, "k"), (v, "v")))
-    arrays = _option_arrays(key_lengths=key_lengths, allowed=allowed, bias=bias, sinks=sinks, segments=segments,
-                            alibi=alibi)
-    return Verdict(_core().check_output(oa, qa, ka, va, precision=precision, accumulate=accumulate, scale=scale,
-                                        causal=causal, window=window, softcap=softcap, **arrays))
+    options = _option_arrays(scale=scale, causal=causal, window=window, key_lengths=key_lengths, allowed=allowed,
+                             bias=bias, softcap=softcap, sinks=sinks, alibi=alibi, segments=segments)
+    return Verdict(_core().check_output(oa, qa, ka, va, precision=precision, accumulate=accumulate, **options))

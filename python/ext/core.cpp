@@ -15,6 +15,7 @@
 #include <pybind11/stl.h>
 
 #include <optional>
+#include <set>
 #include <string>
 
 #include "attn/core/error.hpp"
@@ -51,6 +52,11 @@ py::array_t<double> array(const xt::xtensor<double, N>& t) {
   return a;
 }
 
+std::string shape_text(const xt::xtensor<double, 4>& t) {
+  return "[" + std::to_string(t.shape(0)) + ", " + std::to_string(t.shape(1)) + ", " + std::to_string(t.shape(2)) +
+         ", " + std::to_string(t.shape(3)) + "]";
+}
+
 // One call's result: the library's RunReport and the options it ran with (what check() needs).
 struct Result {
   attn::RunReport report;
@@ -58,17 +64,38 @@ struct Result {
   std::string backend;
 };
 
-attn::Options options_of(const attn::Shape& s, std::optional<double> scale, bool causal, std::optional<std::size_t> window,
-                         std::optional<Array> key_lengths, std::optional<Array> allowed, std::optional<Array> bias,
-                         std::optional<double> softcap, std::optional<Array> sinks, py::object alibi,
-                         std::optional<Array> segments, std::size_t kv_splits, std::size_t threads,
-                         std::size_t block_q, std::size_t block_k, bool need_lse, bool need_weights) {
+// The problem's options from keyword arguments (attention_lab.api passes them; None is absent): the one parser
+// of attend, check_output, backward and ground_truth. An unknown keyword is a TypeError naming it.
+attn::Options options_of(const attn::Shape& s, const py::kwargs& kw) {
+  static const std::set<std::string> known = {"scale", "causal", "window", "key_lengths", "allowed", "bias",
+                                              "softcap", "sinks", "alibi", "segments", "kv_splits", "threads",
+                                              "block_q", "block_k", "need_lse", "need_weights"};
+  for (const auto& item : kw)
+    if (!known.count(item.first.cast<std::string>()))
+      throw py::type_error("unknown option '" + item.first.cast<std::string>() + "'");
+  const auto get = [&](const char* name) -> py::object {
+    return kw.contains(name) ? py::object(kw[name]) : py::object(py::none());
+  };
+  const auto array = [&](const char* name) -> std::optional<Array> {
+    const py::object x = get(name);
+    return x.is_none() ? std::nullopt : std::optional<Array>(x.cast<Array>());
+  };
+  const auto count = [&](const char* name, std::size_t fallback) {
+    const py::object x = get(name);
+    if (x.is_none()) return fallback;
+    const long long n = x.cast<long long>();
+    if (n < 0) throw attn::Error(std::string(name) + " must be >= 0, not " + std::to_string(n));
+    return static_cast<std::size_t>(n);
+  };
   attn::Options opt;
-  opt.scale = scale;
-  const int masks = int(causal && !window) + int(window.has_value()) + int(key_lengths.has_value()) +
-                    int(allowed.has_value()) + int(bias.has_value());
+  if (!get("scale").is_none()) opt.scale = get("scale").cast<double>();
+  const bool causal = !get("causal").is_none() && get("causal").cast<bool>();
+  const bool window = !get("window").is_none();
+  const std::optional<Array> key_lengths = array("key_lengths"), allowed = array("allowed"), bias = array("bias");
+  const int masks = int(causal && !window) + int(window) + int(key_lengths.has_value()) + int(allowed.has_value()) +
+                    int(bias.has_value());
   if (masks > 1) throw attn::Error("give one mask: causal, window, key_lengths, allowed or bias");
-  if (window) opt.mask = attn::mask::SlidingWindow{*window};
+  if (window) opt.mask = attn::mask::SlidingWindow{count("window", 1)};
   else if (causal) opt.mask = attn::mask::Causal{};
   else if (key_lengths) {
     attn::mask::KeyPadding m;
@@ -87,26 +114,37 @@ attn::Options options_of(const attn::Shape& s, std::optional<double> scale, bool
   } else if (bias) {
     opt.mask = attn::mask::AdditiveBias{tensor<2>(*bias, "bias")};
   }
-  opt.softcap = softcap;
-  if (sinks) opt.sinks = tensor<1>(*sinks, "sinks");
+  if (!get("softcap").is_none()) opt.softcap = get("softcap").cast<double>();
+  if (const auto sinks = array("sinks")) opt.sinks = tensor<1>(*sinks, "sinks");
+  const py::object alibi = get("alibi");
   if (py::isinstance<py::bool_>(alibi)) {
     if (alibi.cast<bool>()) opt.alibi_slopes = attn::alibi_slopes(s.heads);
   } else if (!alibi.is_none()) {
     opt.alibi_slopes = tensor<1>(alibi.cast<Array>(), "alibi");
   }
-  if (segments) {
+  if (const auto segments = array("segments")) {
     const xt::xtensor<double, 2> g = tensor<2>(*segments, "segments");
     opt.segments = attn::Segments(g.shape());
     std::transform(g.begin(), g.end(), opt.segments->begin(), [](double x) { return std::int64_t(x); });
   }
-  opt.kv_splits = kv_splits;
-  if (threads < 1) throw attn::Error("threads must be at least 1");
-  opt.threads = threads;
-  opt.block_q = block_q;
-  opt.block_k = block_k;
-  opt.need_lse = need_lse;
-  opt.need_weights = need_weights;
+  opt.kv_splits = count("kv_splits", 0);
+  opt.threads = count("threads", 1);
+  if (opt.threads < 1) throw attn::Error("threads must be at least 1");
+  opt.block_q = count("block_q", 0);
+  opt.block_k = count("block_k", 0);
+  opt.need_lse = !get("need_lse").is_none() && get("need_lse").cast<bool>();
+  opt.need_weights = !get("need_weights").is_none() && get("need_weights").cast<bool>();
   return opt;
+}
+
+// The shape's batch and heads from q (4-D): what options_of needs (ALiBi's default slopes).
+attn::Shape heads_of(const Array& q) {
+  attn::Shape s;
+  if (q.ndim() == 4) {
+    s.batch = static_cast<std::size_t>(q.shape(0));
+    s.heads = static_cast<std::size_t>(q.shape(1));
+  }
+  return s;
 }
 
 Result attend(const Array& q, const Array& k, const Array& v, const std::string& backend, const std::string& precision,
@@ -122,6 +160,12 @@ Result attend(const Array& q, const Array& k, const Array& v, const std::string&
   }
   return r;
 }
+
+struct BackwardResult {
+  attn::BackwardReport report;
+  attn::Options options;
+  std::string backend;
+};
 
 py::object json_to_python(const attn::Json& j) {
   return py::module_::import("json").attr("loads")(attn::dump(j));
@@ -191,24 +235,11 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "attend",
       [](const Array& q, const Array& k, const Array& v, const std::string& backend, const std::string& precision,
-         std::optional<std::string> accumulate, std::optional<double> scale, bool causal,
-         std::optional<std::size_t> window, std::optional<Array> key_lengths, std::optional<Array> allowed,
-         std::optional<Array> bias, std::optional<double> softcap, std::optional<Array> sinks, py::object alibi,
-         std::optional<Array> segments, std::size_t kv_splits, std::size_t threads, std::size_t block_q,
-         std::size_t block_k, bool need_lse, bool need_weights) {
-        const attn::Shape s{static_cast<std::size_t>(q.ndim() == 4 ? q.shape(0) : 0),
-                            static_cast<std::size_t>(q.ndim() == 4 ? q.shape(1) : 0)};
-        return attend(q, k, v, backend, precision, accumulate,
-                      options_of(s, scale, causal, window, key_lengths, allowed, bias, softcap, sinks, alibi, segments,
-                                 kv_splits, threads, block_q, block_k, need_lse, need_weights));
+         std::optional<std::string> accumulate, const py::kwargs& kw) {
+        return attend(q, k, v, backend, precision, accumulate, options_of(heads_of(q), kw));
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("backend"), py::arg("precision"),
-      py::arg("accumulate") = py::none(), py::arg("scale") = py::none(), py::arg("causal") = false,
-      py::arg("window") = py::none(), py::arg("key_lengths") = py::none(), py::arg("allowed") = py::none(),
-      py::arg("bias") = py::none(), py::arg("softcap") = py::none(), py::arg("sinks") = py::none(),
-      py::arg("alibi") = py::none(), py::arg("segments") = py::none(), py::arg("kv_splits") = 0,
-      py::arg("threads") = 1, py::arg("block_q") = 0, py::arg("block_k") = 0, py::arg("need_lse") = false,
-      py::arg("need_weights") = false);
+      py::arg("accumulate") = py::none());
 
   // The verdict of verify() on a result, as the JSON every tool writes (attn/verify/verdict_json.hpp).
   m.def("check", [](const Result& r) { return verdict(r.report, r.options); });
@@ -220,22 +251,14 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "check_output",
       [](const Array& out, const Array& q, const Array& k, const Array& v, const std::string& precision,
-         std::optional<std::string> accumulate, std::optional<double> scale, bool causal,
-         std::optional<std::size_t> window, std::optional<Array> key_lengths, std::optional<Array> allowed,
-         std::optional<Array> bias, std::optional<double> softcap, std::optional<Array> sinks, py::object alibi,
-         std::optional<Array> segments) {
-        const attn::Shape s{static_cast<std::size_t>(q.ndim() == 4 ? q.shape(0) : 0),
-                            static_cast<std::size_t>(q.ndim() == 4 ? q.shape(1) : 0)};
-        const attn::Options opt = options_of(s, scale, causal, window, key_lengths, allowed, bias, softcap, sinks, alibi,
-                                             segments, 0, 1, 0, 0, false, false);
+         std::optional<std::string> accumulate, const py::kwargs& kw) {
+        attn::Options opt = options_of(heads_of(q), kw);
+        opt.need_lse = opt.need_weights = false;
         xt::xtensor<double, 4> o = tensor<4>(out, "out");
         Result r = attend(q, k, v, std::string(attn::baseline_backend().name), precision, accumulate, opt);
         if (o.shape() != r.report.out.shape())
-          throw attn::Error("out: shape [" + std::to_string(o.shape(0)) + ", " + std::to_string(o.shape(1)) + ", " +
-                            std::to_string(o.shape(2)) + ", " + std::to_string(o.shape(3)) + "], expected [" +
-                            std::to_string(r.report.out.shape(0)) + ", " + std::to_string(r.report.out.shape(1)) +
-                            ", " + std::to_string(r.report.out.shape(2)) + ", " +
-                            std::to_string(r.report.out.shape(3)) + "] (q's batch, heads, n_q and v's d_v)");
+          throw attn::Error("out: shape " + shape_text(o) + ", expected " + shape_text(r.report.out) +
+                            " (q's batch, heads and n_q, v's d_v)");
         r.report.out = std::move(o);
         r.report.lse.reset();
         r.report.weights.reset();
@@ -245,8 +268,72 @@ PYBIND11_MODULE(_core, m) {
         return verdict(attn::judged_as(std::move(r.report), acc), opt);
       },
       py::arg("out"), py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("precision"),
-      py::arg("accumulate") = py::none(), py::arg("scale") = py::none(), py::arg("causal") = false,
-      py::arg("window") = py::none(), py::arg("key_lengths") = py::none(), py::arg("allowed") = py::none(),
-      py::arg("bias") = py::none(), py::arg("softcap") = py::none(), py::arg("sinks") = py::none(),
-      py::arg("alibi") = py::none(), py::arg("segments") = py::none());
+      py::arg("accumulate") = py::none());
+
+  // The backward pass of a backend (the forward once, untimed, then one backward call) and its verdict.
+  py::class_<BackwardResult>(m, "BackwardResult")
+      .def_property_readonly("dq", [](const BackwardResult& r) { return array(r.report.grads.dq); })
+      .def_property_readonly("dk", [](const BackwardResult& r) { return array(r.report.grads.dk); })
+      .def_property_readonly("dv", [](const BackwardResult& r) { return array(r.report.grads.dv); })
+      .def_property_readonly("out", [](const BackwardResult& r) { return array(r.report.forward.out); })
+      .def_property_readonly("seconds", [](const BackwardResult& r) { return r.report.seconds; })
+      .def_property_readonly("backend", [](const BackwardResult& r) { return r.backend; })
+      .def_property_readonly("precision", [](const BackwardResult& r) { return std::string(r.report.forward.precision); });
+  m.def(
+      "backward",
+      [](const Array& q, const Array& k, const Array& v, const Array& d_out, const std::string& backend,
+         const std::string& precision, std::optional<std::string> accumulate, const py::kwargs& kw) {
+        attn::Inputs<double> in{tensor<4>(q, "q"), tensor<4>(k, "k"), tensor<4>(v, "v")};
+        const xt::xtensor<double, 4> g = tensor<4>(d_out, "d_out");
+        const attn::BackendInfo& b = attn::backend_info(backend);
+        const attn::PrecisionInfo& p = attn::precision_info(precision);
+        const attn::Accumulate acc = accumulate ? attn::parse_accumulate(*accumulate) : p.default_accumulate;
+        BackwardResult r{{}, options_of(heads_of(q), kw), backend};
+        py::gil_scoped_release unlocked;
+        r.report = b.run_backward(precision, acc, in, g, r.options);
+        return r;
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("d_out"), py::kw_only(), py::arg("backend"),
+      py::arg("precision"), py::arg("accumulate") = py::none());
+  m.def("check_backward", [](const BackwardResult& r) {
+    attn::GradientCheck c;
+    {
+      py::gil_scoped_release unlocked;
+      c = attn::verify_backward(r.report, r.options);
+    }
+    attn::Json j = {{"truth", attn::truth_name(c.truth)}, {"passed", c.passed()}, {"within", c.within},
+                    {"within_tight", c.tight_within}, {"tight_informative", c.tight_informative}};
+    for (const auto& part : c.parts) j[std::string(part.name)] = attn::to_json(part);
+    return json_to_python(j);
+  });
+
+  // The ground truth the verdicts use (verify.hpp: 50 digits where affordable, else double-double, else fp64),
+  // of q, k, v rounded to `precision` when one is given.
+  m.def(
+      "ground_truth",
+      [](const Array& q, const Array& k, const Array& v, std::optional<std::string> precision, const py::kwargs& kw) {
+        attn::Inputs<double> in{tensor<4>(q, "q"), tensor<4>(k, "k"), tensor<4>(v, "v")};
+        attn::Options opt = options_of(heads_of(q), kw);
+        opt.need_lse = opt.need_weights = true;
+        double u_store = attn::precision_info("fp64").unit_roundoff;
+        if (precision) {
+          const attn::PrecisionInfo& p = attn::precision_info(*precision);
+          in = attn::rounded_to(p, in);
+          u_store = p.unit_roundoff;
+        }
+        attn::validate(in, opt);
+        attn::GroundTruth t;
+        {
+          py::gil_scoped_release unlocked;
+          t = attn::ground_truth(in, opt, u_store);
+        }
+        py::dict d;
+        d["out"] = array(xt::xtensor<double, 4>(t.result.out));
+        d["lse"] = t.result.lse ? py::object(array(*t.result.lse)) : py::object(py::none());
+        d["weights"] = t.result.weights ? py::object(array(*t.result.weights)) : py::object(py::none());
+        d["truth"] = std::string(attn::truth_name(t.kind));
+        d["out_error"] = t.out_error;
+        return d;
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("precision") = py::none());
 }
