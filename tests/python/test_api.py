@@ -10,7 +10,8 @@
   - backward: streaming's gradients equal PyTorch autograd's through SDPA in fp64 and pass check; the
     ground truth equals SDPA's fp64 output;
   - bad input is one ValueError / TypeError / NotImplementedError naming what is wrong, never a crash;
-  - the docstrings' examples and the README's Python section run (doctest).
+  - the docstrings' examples, the README's Python section and docs/python.md (a worked example checking
+    PyTorch's SDPA) run (doctest).
 """
 import doctest
 import os
@@ -144,6 +145,8 @@ def test_api():
 
     failures, tried = doctest.testmod(api, verbose=False)
     record(tried > 0 and failures == 0, f"api's docstring examples: {tried} tried, {failures} failed")
-    failures, tried = doctest.testfile(os.path.join(SOURCE, "README.md"), module_relative=False, verbose=False)
-    record(tried > 0 and failures == 0, f"README's Python section: {tried} tried, {failures} failed")
+    for doc in ("README.md", os.path.join("docs", "python.md")):
+        failures, tried = doctest.testfile(os.path.join(SOURCE, doc), module_relative=False, verbose=False,
+                                           optionflags=doctest.ELLIPSIS)
+        record(tried > 0 and failures == 0, f"{doc}'s Python lines: {tried} tried, {failures} failed")
     CHECKS.finish()
