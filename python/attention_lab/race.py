@@ -27,8 +27,6 @@ from importlib import metadata
 
 from attention_lab import ROOT, bench as bench_io, io, stats
 
-BENCH = os.path.join(ROOT, "build", "bench", "attn-bench")
-LAB = os.path.join(ROOT, "build", "tools", "attn-lab")
 RESULT = os.path.join(ROOT, "bench", "runtime_race.json")
 # One entry per runtime: its backend name, the bridge kernel and the Python package whose version is recorded.
 RUNTIMES = {"torch-flash": ("python:attention_lab.peers:torch_flash", "torch"),
@@ -36,8 +34,7 @@ RUNTIMES = {"torch-flash": ("python:attention_lab.peers:torch_flash", "torch"),
             "onnxruntime-attention": ("python:attention_lab.peers:onnxruntime_attention", "onnxruntime")}
 BASELINE = "torch-flash"  # the winner is chosen by time over this one's
 OURS = "streaming"
-TIMING = {"smoke": ["--benchmark_repetitions=2", "--benchmark_min_time=0"],
-          "quick": ["--adaptive=0.03", "--max-samples=40"]}
+PROFILES = ("smoke", "quick")  # timed as scripts/run times them (sweep.TIMING)
 
 
 class RaceError(Exception):
@@ -61,6 +58,7 @@ def run(command, label):
 
 def measure(profile, folder):
     """(peak.json, attn-bench's JSON) of one race in `folder`."""
+    from attention_lab.sweep import BENCH, LAB, TIMING  # (sweep imports this module: its winner is a peer)
     peak = os.path.join(folder, "peak.json")
     out = os.path.join(folder, "bench.json")
     print("race: attn-lab peak", file=sys.stderr, flush=True)
@@ -180,7 +178,7 @@ def markdown(result):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="scripts/run --race", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", choices=sorted(TIMING), default="quick")
+    ap.add_argument("--profile", choices=PROFILES, default="quick")
     ap.add_argument("--out", default=RESULT, help="the result's JSON (default bench/runtime_race.json)")
     a = ap.parse_args(argv)
     try:

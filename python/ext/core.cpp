@@ -14,6 +14,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <optional>
 #include <set>
 #include <string>
@@ -76,20 +77,29 @@ attn::Options options_of(const attn::Shape& s, const py::kwargs& kw) {
   const auto get = [&](const char* name) -> py::object {
     return kw.contains(name) ? py::object(kw[name]) : py::object(py::none());
   };
-  const auto array = [&](const char* name) -> std::optional<Array> {
+  // A value of the type an option takes, or a TypeError naming the option and what it was given.
+  const auto as = [&]<class T>(const char* name, const char* what, T*) -> T {
     const py::object x = get(name);
-    return x.is_none() ? std::nullopt : std::optional<Array>(x.cast<Array>());
+    try {
+      return x.cast<T>();
+    } catch (const py::cast_error&) {
+      throw py::type_error(std::string("option ") + name + ": " + what + ", not " +
+                           py::str(py::type::of(x).attr("__name__")).cast<std::string>());
+    }
+  };
+  const auto array = [&](const char* name) -> std::optional<Array> {
+    if (get(name).is_none()) return std::nullopt;
+    return as(name, "an array of numbers", static_cast<Array*>(nullptr));
   };
   const auto count = [&](const char* name, std::size_t fallback) {
-    const py::object x = get(name);
-    if (x.is_none()) return fallback;
-    const long long n = x.cast<long long>();
+    if (get(name).is_none()) return fallback;
+    const long long n = as(name, "a whole number", static_cast<long long*>(nullptr));
     if (n < 0) throw attn::Error(std::string(name) + " must be >= 0, not " + std::to_string(n));
     return static_cast<std::size_t>(n);
   };
   attn::Options opt;
-  if (!get("scale").is_none()) opt.scale = get("scale").cast<double>();
-  const bool causal = !get("causal").is_none() && get("causal").cast<bool>();
+  if (!get("scale").is_none()) opt.scale = as("scale", "a number", static_cast<double*>(nullptr));
+  const bool causal = !get("causal").is_none() && as("causal", "a bool", static_cast<bool*>(nullptr));
   const bool window = !get("window").is_none();
   const std::optional<Array> key_lengths = array("key_lengths"), allowed = array("allowed"), bias = array("bias");
   const int masks = int(causal && !window) + int(window) + int(key_lengths.has_value()) + int(allowed.has_value()) +
@@ -114,26 +124,29 @@ attn::Options options_of(const attn::Shape& s, const py::kwargs& kw) {
   } else if (bias) {
     opt.mask = attn::mask::AdditiveBias{tensor<2>(*bias, "bias")};
   }
-  if (!get("softcap").is_none()) opt.softcap = get("softcap").cast<double>();
+  if (!get("softcap").is_none()) opt.softcap = as("softcap", "a number", static_cast<double*>(nullptr));
   if (const auto sinks = array("sinks")) opt.sinks = tensor<1>(*sinks, "sinks");
   const py::object alibi = get("alibi");
   if (py::isinstance<py::bool_>(alibi)) {
     if (alibi.cast<bool>()) opt.alibi_slopes = attn::alibi_slopes(s.heads);
   } else if (!alibi.is_none()) {
-    opt.alibi_slopes = tensor<1>(alibi.cast<Array>(), "alibi");
+    opt.alibi_slopes = tensor<1>(as("alibi", "True or an array of slopes", static_cast<Array*>(nullptr)), "alibi");
   }
   if (const auto segments = array("segments")) {
     const xt::xtensor<double, 2> g = tensor<2>(*segments, "segments");
     opt.segments = attn::Segments(g.shape());
-    std::transform(g.begin(), g.end(), opt.segments->begin(), [](double x) { return std::int64_t(x); });
+    std::transform(g.begin(), g.end(), opt.segments->begin(), [](double x) {
+      if (!std::isfinite(x) || x != std::trunc(x)) throw attn::Error("segments: each must be a whole number");
+      return std::int64_t(x);
+    });
   }
   opt.kv_splits = count("kv_splits", 0);
   opt.threads = count("threads", 1);
   if (opt.threads < 1) throw attn::Error("threads must be at least 1");
   opt.block_q = count("block_q", 0);
   opt.block_k = count("block_k", 0);
-  opt.need_lse = !get("need_lse").is_none() && get("need_lse").cast<bool>();
-  opt.need_weights = !get("need_weights").is_none() && get("need_weights").cast<bool>();
+  opt.need_lse = !get("need_lse").is_none() && as("need_lse", "a bool", static_cast<bool*>(nullptr));
+  opt.need_weights = !get("need_weights").is_none() && as("need_weights", "a bool", static_cast<bool*>(nullptr));
   return opt;
 }
 

@@ -137,6 +137,10 @@ def test_api():
             ("two masks", lambda: al.attend(x, x, x, causal=True, bias=np.zeros((40, 40))), ValueError, ["one mask"]),
             ("threads 0", lambda: al.attend(x, x, x, threads=0), ValueError, ["threads"]),
             ("unknown option", lambda: al.backward(x, x, x, x, causl=True), TypeError, ["causl"]),
+            ("scale a string", lambda: al.attend(x, x, x, scale="a"), TypeError, ["scale", "str"]),
+            ("segments 1.5", lambda: al.attend(x, x, x, segments=np.full((1, 40), 1.5)), ValueError, ["segments"]),
+            ("NaN in q", lambda: al.attend(np.full((40, 8), np.nan), x, x), ValueError, ["non-finite"]),
+            ("d_k = 0", lambda: al.attend(x[:, :0], x[:, :0], x), ValueError, ["zero-sized"]),
             ("d_out shape", lambda: al.backward(x, x, x, x[:3]), ValueError, []),
             ("not a result", lambda: al.check(x), TypeError, ["Result"]),
             ("unsupported", lambda: al.attend(x, x, x, backend=wrong, precision="bf16"), NotImplementedError, [])):
