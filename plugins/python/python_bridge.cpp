@@ -54,6 +54,9 @@ bool start_python() {
   std::lock_guard lock(start_mutex);
   if (started) return start_error.empty();
   started = true;
+  // Loaded into a running Python (attention_lab.load_plugin in a notebook): that interpreter, as it is (its
+  // sys.path, its GIL, which the module releases while a backend runs).
+  if (Py_IsInitialized()) return true;
   const char* env_python = std::getenv("ATTN_PYTHON");
   const std::string python = env_python && *env_python ? env_python : ATTN_PYTHON;
   PyConfig config;

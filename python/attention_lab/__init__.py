@@ -1,5 +1,5 @@
 """attention-lab in Python: the library itself (attention_lab.api, on its extension module _core: attend,
-check, backends, precisions, reachable as attention_lab.attend etc.), and the tooling: the runs and their files (io, bench, runs), the
+check, backends, precisions, reachable as attention_lab.attend etc.), and the tooling: the runs and their files (io, bench_json, runs), the
 statistics (stats), the reports (reports: one module per report, the run's
 page, the README's figures), comparing runs (compare), their history
 (history), sweeps in shards (sweep, progress) and the mutation catalogue
@@ -26,8 +26,9 @@ def module_env(env=None):
     return env
 
 
-_API = ("attend", "backward", "check", "ground_truth", "backends", "precisions", "load_plugin", "Result",
-        "BackwardResult", "Verdict")
+_API = ("attend", "backward", "check", "ground_truth", "bench", "verify", "open_run", "compare_runs", "backends",
+        "precisions", "load_plugin",
+        "kernel", "Result", "BackwardResult", "Verdict", "VerifyReport", "BenchReport", "Counterexample")
 
 
 def __getattr__(name):

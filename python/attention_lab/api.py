@@ -18,13 +18,23 @@ results come back as NumPy arrays, or as torch tensors when torch tensors came i
 (2: [n, d], 3: [heads, n, d], 4: [batch, heads, n, d]; K and V with fewer heads than Q: grouped-query
 attention).
 """
+from __future__ import annotations
+
 import importlib
 import os
 import sys
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from attention_lab import ROOT
+from attention_lab import bridge
+
+# A NumPy array, a torch tensor, or anything np.asarray takes; a path.
+Tensor = Any
+PathLike = Union[str, "os.PathLike[str]"]
+
+kernel = bridge.kernel  # attention_lab.kernel: declares a Python function a kernel (see attention_lab.bridge)
 
 
 def _core():
@@ -45,17 +55,17 @@ def _core():
                           "pip install . from the checkout") from None
 
 
-def backends():
+def backends() -> list[dict]:
     """Every backend of the registry: name, description, traits, source, whether it has a backward pass."""
     return _core().backends()
 
 
-def load_plugin(path):
+def load_plugin(path: PathLike) -> list[str]:
     """A plugin library's kernels (include/attn/plugin.h) as backends of the registry; returns their names."""
     return _core().load_plugin(os.fspath(path))
 
 
-def precisions():
+def precisions() -> list[dict]:
     """Every storage precision: name, unit roundoff, largest finite value, bytes, default accumulation."""
     return _core().precisions()
 
@@ -118,9 +128,13 @@ class Result:
                 f"{tuple(self.out.shape)}, {self.seconds * 1e3:.3g} ms cold, workspace {self.workspace_bytes} B>")
 
 
-def attend(q, k, v, *, backend="streaming", precision="fp32", accumulate=None, scale=None, causal=False,
-           window=None, key_lengths=None, allowed=None, bias=None, softcap=None, sinks=None, alibi=None,
-           segments=None, kv_splits=0, threads=1, block_q=0, block_k=0, need_lse=False, need_weights=False):
+def attend(q: Tensor, k: Tensor, v: Tensor, *, backend: str = "streaming", precision: str = "fp32",
+           accumulate: Optional[str] = None, scale: Optional[float] = None, causal: bool = False,
+           window: Optional[int] = None, key_lengths: Optional[Tensor] = None, allowed: Optional[Tensor] = None,
+           bias: Optional[Tensor] = None, softcap: Optional[float] = None, sinks: Optional[Tensor] = None,
+           alibi: Union[bool, Tensor, None] = None, segments: Optional[Tensor] = None, kv_splits: int = 0,
+           threads: int = 1, block_q: int = 0, block_k: int = 0, need_lse: bool = False,
+           need_weights: bool = False) -> Result:
     """Attention by one backend of the registry, the options of `attn-lab attend`: the mask (causal, aligned
     bottom-right; window: causal and the last `window` keys; key_lengths [B]; allowed [n_q, n_kv] bool; bias
     [n_q, n_kv], -inf masks), scale (default 1/sqrt(d_k)), softcap, sinks [H], alibi (True: the paper's slopes,
@@ -158,7 +172,8 @@ class BackwardResult:
                 f"{self.seconds * 1e3:.3g} ms cold>")
 
 
-def backward(q, k, v, d_out, *, backend="streaming", precision="fp32", accumulate=None, **options):
+def backward(q: Tensor, k: Tensor, v: Tensor, d_out: Tensor, *, backend: str = "streaming", precision: str = "fp32",
+             accumulate: Optional[str] = None, **options: Any) -> BackwardResult:
     """The gradients dq, dk, dv of a backend for the upstream gradient d_out (attend()'s options); a
     BackwardResult, which check() judges against the gradients' ground truth.
 
@@ -174,7 +189,7 @@ def backward(q, k, v, d_out, *, backend="streaming", precision="fp32", accumulat
     return BackwardResult(r, [c[1] for c in converted[:3]], converted[0][2])
 
 
-def ground_truth(q, k, v, *, precision=None, **options):
+def ground_truth(q: Tensor, k: Tensor, v: Tensor, *, precision: Optional[str] = None, **options: Any) -> dict:
     """The ground truth the verdicts use, of q, k, v rounded to `precision` when given (attend()'s options):
     a dict with out, lse, weights (in the inputs' rank and kind), truth (mp50: 50 digits; double-double; fp64,
     by cost) and out_error (a bound on the truth's own error, the largest row's)."""
@@ -222,9 +237,12 @@ class Verdict:
                 + ("" if self.informative else "; uninformative") + ">")
 
 
-def check(result, q=None, k=None, v=None, *, precision="fp32", accumulate=None, scale=None, causal=False,
-          window=None, key_lengths=None, allowed=None, bias=None, softcap=None, sinks=None, alibi=None,
-          segments=None):
+def check(result: Union[Result, BackwardResult, Tensor], q: Optional[Tensor] = None, k: Optional[Tensor] = None,
+          v: Optional[Tensor] = None, *, precision: str = "fp32", accumulate: Optional[str] = None,
+          scale: Optional[float] = None, causal: bool = False, window: Optional[int] = None,
+          key_lengths: Optional[Tensor] = None, allowed: Optional[Tensor] = None, bias: Optional[Tensor] = None,
+          softcap: Optional[float] = None, sinks: Optional[Tensor] = None, alibi: Union[bool, Tensor, None] = None,
+          segments: Optional[Tensor] = None) -> Verdict:
     """The verdict, tight and guaranteed, as `attn-lab attend --check` gives it, against the ground truth of
     the inputs rounded to the storage precision (50 digits where affordable):
 
@@ -255,3 +273,261 @@ def check(result, q=None, k=None, v=None, *, precision="fp32", accumulate=None, 
     options = _option_arrays(scale=scale, causal=causal, window=window, key_lengths=key_lengths, allowed=allowed,
                              bias=bias, softcap=softcap, sinks=sinks, alibi=alibi, segments=segments)
     return Verdict(_core().check_output(oa, qa, ka, va, precision=precision, accumulate=accumulate, **options))
+
+
+class BenchReport:
+    """bench()'s timings: one row per backend (dict: backend, precision, accumulate, threads, samples (warm
+    calls' seconds), median_seconds, interval (the median's 95% interval from order statistics, None with
+    fewer than 6 repetitions), gflops (at the median), cold_seconds (the first call, fresh workspace),
+    ratio (its median time over the first backend's) and ratio_interval (percentile bootstrap, fixed seed));
+    the shape, FLOPs per call and the peak when measured. Its repr is the table."""
+
+    def __init__(self, rows, flops, shape, peak):
+        self.rows, self.flops, self.shape, self.peak = rows, flops, shape, peak
+
+    def __repr__(self):
+        head = (f"<attention_lab.BenchReport {self.shape}, {self.flops / 1e9:.3g} GFLOP per call"
+                + (f", peak {self.peak:.1f} GFLOP/s (attn-lab peak)" if self.peak else "") + ":")
+        lines = [head]
+        from attention_lab import stats
+        for r in self.rows:
+            interval = stats.fmt_interval(None if r["interval"] is None else
+                                          tuple(x * 1e3 for x in r["interval"]), "{:.4g}")
+            ratio = ("" if r is self.rows[0] else f"; {r['ratio']:.3g}x the first's time "
+                     f"{stats.fmt_interval(r['ratio_interval'])}")
+            lines.append(f"  {r['backend']} {r['precision']}: median {r['median_seconds'] * 1e3:.4g} ms (95% {interval}) "
+                         f"over {len(r['samples'])} calls, {r['gflops']:.1f} GFLOP/s"
+                         + (f" ({r['gflops'] / self.peak:.0%} of peak)" if self.peak else "") + ratio)
+        return "\n".join(lines) + ">"
+
+
+def bench(q: Tensor, k: Tensor, v: Tensor, *, backends: Union[str, Sequence[str]] = ("streaming",),
+          precision: str = "fp32", accumulate: Optional[str] = None, repetitions: int = 21, rounds: int = 3,
+          peak: bool = False, **options: Any) -> BenchReport:
+    """Times backends on one problem (attend()'s options), in this process: for each of `rounds` rounds, each
+    backend in turn makes one cold call (fresh workspace) and repetitions / rounds warm calls reusing it, so
+    that a drift of the machine falls on every backend alike; the warm calls are the samples. Returns a
+    BenchReport: medians with 95% intervals, GFLOP/s (the FLOPs of Q K^T and P V, halved for causal), each
+    backend's time over the first's with a bootstrap interval, and with peak=True the one-thread fp32 FMA peak
+    that `attn-lab peak` measures (needs the checkout's build). For published figures use scripts/run, which
+    also records the machine and samples adaptively.
+
+    >>> import numpy as np, attention_lab as al
+    >>> x = np.random.default_rng(4).standard_normal((4, 128, 64))
+    >>> b = al.bench(x, x, x, backends=("streaming", "math"), repetitions=6, rounds=2)
+    >>> [r["backend"] for r in b.rows], len(b.rows[1]["samples"])
+    (['streaming', 'math'], 6)
+    """
+    from attention_lab import stats
+    if isinstance(backends, str):
+        backends = (backends,)
+    if not backends or rounds < 1 or repetitions < rounds:
+        raise ValueError("bench: give at least one backend, rounds >= 1 and repetitions >= rounds")
+    (qa, _, _), (ka, _, _), (va, _, _) = (_as_float64(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    opts = _option_arrays(**options)
+    per_round = [repetitions // rounds + (1 if i < repetitions % rounds else 0) for i in range(rounds)]
+    samples, cold, last = {b: [] for b in backends}, {b: [] for b in backends}, {}
+    for n in per_round:
+        for b in backends:
+            r = _core().attend(qa, ka, va, backend=b, precision=precision, accumulate=accumulate, repetitions=n,
+                               **opts)
+            samples[b] += list(r.warm_seconds)
+            cold[b].append(r.seconds)
+            last[b] = r
+    first = backends[0]
+    rows = []
+    for b in backends:
+        r, xs = last[b], samples[b]
+        ratio, ratio_interval = stats.ratio_ci(xs, samples[first])
+        ci = stats.median_ci(xs)
+        rows.append({"backend": b, "precision": r.precision, "accumulate": r.accumulate,
+                     "threads": options.get("threads", 1), "samples": xs, "median_seconds": stats.median(xs),
+                     "interval": None if ci is None else ci[:2], "gflops": r.flops / stats.median(xs) / 1e9,
+                     "cold_seconds": min(cold[b]), "ratio": ratio, "ratio_interval": ratio_interval})
+    return BenchReport(rows, last[first].flops, "x".join(str(n) for n in qa.shape),
+                       _peak(options.get("threads", 1)) if peak else None)
+
+
+def _peak(threads):
+    """The fp32 FMA peak in GFLOP/s of one core (threads = 1) or of all, as `attn-lab peak --json` measures it."""
+    import json
+    import subprocess
+    out = subprocess.run([_attn_lab("peak"), "peak", "--json"], capture_output=True, text=True, check=True).stdout
+    return float(json.loads(out)["fp32_fma_gflops_core" if threads == 1 else "fp32_fma_gflops_all"])
+
+
+def open_run(path: PathLike) -> Any:
+    """A run of scripts/run (a run folder, reports/latest, or a Google Benchmark JSON file) as
+    attention_lab.runs.Run: its benchmarks' samples, fields and FLOPs, the machine's fingerprint, its measured
+    peaks, accuracy and claims. ValueError for a folder that is not a run."""
+    from attention_lab import runs
+    try:
+        return runs.Run(os.fspath(path))
+    except runs.RunError as e:
+        raise ValueError(str(e)) from None
+
+
+def compare_runs(a: PathLike, b: PathLike, *, level: float = 0.95, across_machines: bool = False) -> dict:
+    """Run b against run a, as `attn-lab compare` judges them (Mann-Whitney U with Holm's correction, bootstrap
+    intervals of each benchmark's median ratio; across_machines: fractions of each machine's measured peak),
+    without writing files: a dict with `benchmarks` (one row each: benchmark, median_a, median_b, ratio,
+    interval, p_holm, verdict), `regressions`, the accuracy and claims that changed, and `markdown` (what
+    compare.md holds). ValueError for runs that cannot be compared (different machines, no common benchmark)."""
+    from attention_lab import compare, runs
+    try:
+        _, _, result, md, _ = compare.compare_runs(os.fspath(a), os.fspath(b), level, across_machines)
+    except (compare.CompareError, runs.RunError) as e:
+        raise ValueError(str(e)) from None
+    return {**result, "markdown": md}
+
+
+def _attn_lab(what="verify"):
+    """The attn-lab executable of the build (ATTN_BUILD, default build/ in the checkout)."""
+    path = os.path.join(os.environ.get("ATTN_BUILD", os.path.join(ROOT, "build")), "tools", "attn-lab")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError(f"{what} runs attn-lab, which is not built at {path}: build the checkout "
+                           "(scripts/setup.sh); `pip install .` installs the library (attend, check, bench)")
+    return path
+
+
+class Counterexample:
+    """A failed cell's smallest case, as RapidCheck shrank it: the inputs q, k, v ([B, H, n, d] float64, already
+    in the storage precision's values), the problem's options as attend()/check() take them (`options`), the
+    precision and accumulation, the case's one-line description and the folder its .npy files are in;
+    `replay` is the shell command that replays it (None for a function of this process).
+    check(out) judges an output computed on it."""
+
+    def __init__(self, record, replayable):
+        self.case, self.folder = record["case"], record["folder"]
+        self.replay = record["replay"] if replayable else None
+        kw = dict(record["attend"])
+        self.precision, self.accumulate = kw.pop("precision"), kw.pop("accumulate")
+        self.q, self.k, self.v = (np.load(os.path.join(self.folder, n + ".npy")) for n in ("q", "k", "v"))
+        self.options = {name: np.load(os.path.join(self.folder, x)) if isinstance(x, str) else x
+                        for name, x in kw.items()}
+
+    def check(self, out: Tensor) -> Verdict:
+        """check() of an output computed on this case (its q, k, v and options)."""
+        judged = {n: x for n, x in self.options.items() if n not in ("threads", "block_q", "block_k")}
+        return check(out, self.q, self.k, self.v, precision=self.precision, accumulate=self.accumulate, **judged)
+
+    def __repr__(self):
+        return f"<attention_lab.Counterexample {self.precision}/{self.accumulate}: {self.case}>"
+
+
+class VerifyCell:
+    """One property in one configuration: status (pass, fail, not supported, crash, hang, error), the cases
+    that ran, RapidCheck's description, and the counterexample of a failure."""
+
+    def __init__(self, record, replayable):
+        self.kernel, self.property, self.name = record["kernel"], record["property"], record["property_name"]
+        self.config, self.status, self.cases = record["config"], record["status"], record["cases"]
+        self.description = record.get("description", "")
+        self.counterexample = (Counterexample(record["counterexample"], replayable)
+                               if "counterexample" in record else None)
+
+    @property
+    def failed(self):
+        return self.status not in ("pass", "not supported")
+
+    def __repr__(self):
+        return f"<{self.kernel}: {self.name}, {self.config}: {self.status}>"
+
+
+class VerifyReport:
+    """verify()'s verdict: `passed`, `cells` (VerifyCell each), `failures` (the failed ones), `folder` (with
+    verdict.md, verdict.json, counterexamples/), `fields` (verdict.json), `bench` (the short benchmark beside
+    the built-in backends). Its repr lists the failures; in a notebook it shows as verdict.md."""
+
+    def __init__(self, fields, folder, replayable):
+        self.fields, self.folder = fields, folder
+        self.passed = fields["verdict"] == "PASS"
+        self.cells = [VerifyCell(c, replayable) for k in fields["kernels"] for c in k["cells"]]
+        self.failures = [c for c in self.cells if c.failed]
+        self.bench = [r for k in fields["kernels"] for r in k.get("bench", [])]
+
+    def __bool__(self):
+        return self.passed
+
+    def __repr__(self):
+        names = ", ".join(k["name"] for k in self.fields["kernels"])
+        counts = {}
+        for c in self.cells:
+            counts[c.status] = counts.get(c.status, 0) + 1
+        lines = [f"<attention_lab.VerifyReport {names}: {'PASS' if self.passed else 'FAIL'} (profile "
+                 f"{self.fields['profile']}, seed {self.fields['seed']}; "
+                 + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {self.folder})"]
+        for c in self.failures:
+            lines.append(f"  {c.status}: {c.name}, {c.config}"
+                         + (f": {c.counterexample.case}" if c.counterexample else ""))
+        return "\n".join(lines) + ">"
+
+    def _repr_markdown_(self):
+        with open(os.path.join(self.folder, "verdict.md")) as f:
+            return f.read()
+
+
+def verify(kernel: Union[Callable[..., Any], str], *, profile: str = "smoke", out: Optional[PathLike] = None,
+           force: bool = False, quiet: bool = False) -> VerifyReport:
+    """The property suite on a kernel, as `attn-lab verify` runs it: every property of the suite in every
+    configuration (storage x accumulation) the kernel claims, under RapidCheck with a fixed seed, each failure
+    shrunk to its smallest case; then a short benchmark beside the built-in backends. Returns a VerifyReport.
+
+    kernel: a Python function (a notebook's too: it is pickled by value, cloudpickle, and run by the Python
+    bridge in attn-lab's child processes, so a crash is the kernel's failure, not the caller's), declared with
+    attention_lab.kernel, or undeclared: then an fp32 kernel f(q, k, v, *, scale, **options) on NumPy arrays
+    [B, H, n, d] that takes no mask or variant; or a built-in backend's name; or a plugin library's path or a
+    "python:MODULE:FUNCTION" spec. profile: smoke, quick or full (10, 30, 100 cases per property and
+    configuration). out: the verdict's folder (default: a new temporary one); one holding a verdict is
+    replaced only with force=True. Progress goes to stderr unless quiet.
+
+    Needs attn-lab, the checkout's build (a `pip install .` has attend and check, not verify).
+    """
+    import subprocess
+    import tempfile
+    if profile not in ("smoke", "quick", "full"):
+        raise ValueError(f"profile {profile!r} is not one of smoke, quick, full")
+    tool = _attn_lab()
+    folder = os.path.abspath(os.fspath(out)) if out is not None else tempfile.mkdtemp(prefix="attn-verify-")
+    env = dict(os.environ)
+    replayable = True
+    if callable(kernel):
+        import cloudpickle
+        if not isinstance(getattr(kernel, "attn_kernel", None), dict):
+            name = "".join(c if c.isalnum() or c in "-_" else "-" for c in getattr(kernel, "__name__", "kernel"))
+            kernel = bridge.kernel(name=name if name.strip("-") and name != "-lambda-" else "python-kernel",
+                                   description=(kernel.__doc__ or "a Python function").strip().splitlines()[0],
+                                   storage={"fp32": "fp32"})(kernel)
+        kernels = os.path.join(folder, "kernel")
+        os.makedirs(kernels, exist_ok=True)
+        path = os.path.join(kernels, "kernel.pkl")
+        with open(path + ".tmp", "wb") as f:
+            cloudpickle.dump(kernel, f)
+        os.replace(path + ".tmp", path)
+        env["ATTN_PICKLED_KERNELS"] = kernels
+        # The child's interpreter is this one, and it imports what this process can.
+        env["ATTN_PYTHON"] = sys.executable
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        target, replayable = ["--plugin", "python:attention_lab.pickled:kernel"], False
+    elif isinstance(kernel, str) and (kernel.startswith("python:") or os.sep in kernel or kernel.endswith(".so")):
+        target = ["--plugin", kernel]
+    elif isinstance(kernel, str):
+        target = ["--backend", kernel]
+    else:
+        raise TypeError(f"verify: a Python function, a backend's name or a plugin, not {type(kernel).__name__}")
+    command = [tool, "verify", *target, "--profile", profile, "--out", folder] + (["--force"] if force else [])
+    p = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    tail = []
+    try:
+        for line in p.stderr:
+            tail = (tail + [line.rstrip("\n")])[-3:]
+            if not quiet:
+                sys.stderr.write(line)
+    finally:  # Ctrl-C, say: the verification stops with the caller
+        if p.poll() is None and sys.exc_info()[0] is not None:
+            p.kill()
+    if p.wait() not in (0, 1) or not os.path.isfile(os.path.join(folder, "verdict.json")):
+        raise ValueError(tail[-1].removeprefix("attn-lab: ") if tail else f"attn-lab verify exited {p.returncode}")
+    import json
+    with open(os.path.join(folder, "verdict.json")) as f:
+        return VerifyReport(json.load(f), folder, replayable)

@@ -200,6 +200,29 @@ def render(a, b, rows, tested, acc, claims, level, across, fail_pct):
     return "\n".join(lines) + "\n", regressions
 
 
+def compare_runs(path_a, path_b, level=stats.LEVEL, across=False, fail_pct=None):
+    """Run B against run A: (a, b, the result compare.json holds, the Markdown, the regressions beyond fail_pct
+    percent); what `attn-lab compare` writes and attention_lab.compare_runs returns. CompareError or
+    runs.RunError for runs that cannot be compared."""
+    if os.path.realpath(path_a) == os.path.realpath(path_b):
+        raise CompareError(f"A and B are the same run ({path_a}): compare a run with another one")
+    a, b = runs.Run(path_a), runs.Run(path_b)
+    if a.fingerprint != b.fingerprint and not across:
+        diff = [k for k in a.machine if a.machine[k] != b.machine.get(k)]
+        raise CompareError(f"the runs are from different machines or builds (fingerprints {a.fingerprint} and "
+                           f"{b.fingerprint}; differ in {', '.join(diff)}): raw times do not compare; "
+                           "--across-machines compares fractions of each machine's measured peak")
+    rows, tested = compare_benchmarks(a, b, level, across)
+    acc, claims = accuracy_deltas(a, b), claim_changes(a, b)
+    md, regressions = render(a, b, rows, tested, acc, claims, level, across, fail_pct)
+    result = {"kind": "compare", "a": a.path, "b": b.path, "fingerprint_a": a.fingerprint,
+              "fingerprint_b": b.fingerprint, "across_machines": across, "level": level,
+              "test": "Mann-Whitney U, two-sided", "correction": "Holm", "interval": "percentile bootstrap",
+              "benchmarks": rows, "accuracy_flagged": acc, "claims_changed": claims,
+              "regressions": [r["benchmark"] for r in regressions]}
+    return a, b, result, md, regressions
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="attn-lab compare", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 2)[2])
@@ -218,26 +241,12 @@ def main(argv=None):
             raise CompareError(f"--level {args.level}: must be between 0.5 and 1")
         if args.fail_on_regression is not None and not args.fail_on_regression >= 0:
             raise CompareError(f"--fail-on-regression {args.fail_on_regression}: must be a percentage >= 0")
-        if os.path.realpath(args.a) == os.path.realpath(args.b):
-            raise CompareError(f"A and B are the same run ({args.a}): compare a run with another one")
-        a, b = runs.Run(args.a), runs.Run(args.b)
-        if a.fingerprint != b.fingerprint and not args.across_machines:
-            diff = [k for k in a.machine if a.machine[k] != b.machine.get(k)]
-            raise CompareError(f"the runs are from different machines or builds (fingerprints {a.fingerprint} and "
-                               f"{b.fingerprint}; differ in {', '.join(diff)}): raw times do not compare; "
-                               "--across-machines compares fractions of each machine's measured peak")
+        a, b, result, md, regressions = compare_runs(args.a, args.b, args.level, args.across_machines,
+                                                     args.fail_on_regression)
+        rows = result["benchmarks"]
         out = args.out or f"compare-{a.stamp}-vs-{b.stamp}".replace(".json", "")
         if os.path.exists(out) and not args.force:
             raise CompareError(f"{out} exists; --force replaces it")
-        rows, tested = compare_benchmarks(a, b, args.level, args.across_machines)
-        acc, claims = accuracy_deltas(a, b), claim_changes(a, b)
-        md, regressions = render(a, b, rows, tested, acc, claims, args.level, args.across_machines,
-                                 args.fail_on_regression)
-        result = {"kind": "compare", "a": a.path, "b": b.path, "fingerprint_a": a.fingerprint,
-                  "fingerprint_b": b.fingerprint, "across_machines": args.across_machines, "level": args.level,
-                  "test": "Mann-Whitney U, two-sided", "correction": "Holm", "interval": "percentile bootstrap",
-                  "benchmarks": rows, "accuracy_flagged": acc, "claims_changed": claims,
-                  "regressions": [r["benchmark"] for r in regressions]}
         def fill(folder):
             for name, text in (("compare.md", md), ("compare.json", json.dumps(result, indent=1))):
                 with open(os.path.join(folder, name), "w") as f:

@@ -25,7 +25,7 @@ import sys
 import tempfile
 from importlib import metadata
 
-from attention_lab import ROOT, bench as bench_io, io, stats
+from attention_lab import ROOT, bench_json as bench_io, io, stats
 
 RESULT = os.path.join(ROOT, "bench", "runtime_race.json")
 # One entry per runtime: its backend name, the bridge kernel and the Python package whose version is recorded.

@@ -3,7 +3,7 @@ a run folder (reports/runs/<stamp>/, its JSON under data/) or a Google
 Benchmark JSON file alone, its benchmarks' repetitions and its machine's
 fingerprint.
 
-A benchmark's fields and samples are attention_lab.bench's (the one reader
+A benchmark's fields and samples are attention_lab.bench_json's (the one reader
 of bench.json). A run with one sample per benchmark gives no interval and no
 test, and the tools say so.
 
@@ -20,7 +20,7 @@ import os
 import re
 import subprocess
 
-from attention_lab import bench as bench_json
+from attention_lab import bench_json
 from attention_lab.io import RunError, load_json
 
 
@@ -54,8 +54,8 @@ def verdict_counts(points):
 
 class Run:
     """One run: .path, .bench (Google Benchmark JSON), .peak/.build/.accuracy/.claims (None when absent),
-    .samples {benchmark name: [seconds per call, its samples (bench.samples_of) over every repetition]},
-    .fields {name: its fields (bench.fields)}, .flops {name: FLOP per call},
+    .samples {benchmark name: [seconds per call, its samples (bench_json.samples_of) over every repetition]},
+    .fields {name: its fields (bench_json.fields)}, .flops {name: FLOP per call},
     .fingerprint (12 hex digits), .machine (its fields, for people), .stamp, .commit (build.json's, else
     committed_in), .profile."""
 

@@ -165,7 +165,7 @@ def bench_seconds(model, e, profile):
     its preparation (a cold call and the verification); a point its backend does not support skips at once."""
     if not e.get("supported", True):
         return 0.1
-    f = e["attn"]  # the benchmark's fields (attn-bench --list-plan: the schema of attention_lab.bench)
+    f = e["attn"]  # the benchmark's fields (attn-bench --list-plan: the schema of attention_lab.bench_json)
     t = e["flops"] / rate(model, f["backend"], f["storage"], f["pass"])
     if profile == "smoke":
         timing = 2 * 2 * t

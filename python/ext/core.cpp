@@ -63,6 +63,7 @@ struct Result {
   attn::RunReport report;
   attn::Options options;
   std::string backend;
+  attn::Shape shape;
 };
 
 // The problem's options from keyword arguments (attention_lab.api passes them; None is absent): the one parser
@@ -161,15 +162,15 @@ attn::Shape heads_of(const Array& q) {
 }
 
 Result attend(const Array& q, const Array& k, const Array& v, const std::string& backend, const std::string& precision,
-              std::optional<std::string> accumulate, const attn::Options& opt) {
+              std::optional<std::string> accumulate, const attn::Options& opt, std::size_t repetitions = 0) {
   attn::Inputs<double> in{tensor<4>(q, "q"), tensor<4>(k, "k"), tensor<4>(v, "v")};
   const attn::BackendInfo& b = attn::backend_info(backend);
   const attn::PrecisionInfo& p = attn::precision_info(precision);
   const attn::Accumulate acc = accumulate ? attn::parse_accumulate(*accumulate) : p.default_accumulate;
-  Result r{{}, opt, backend};
+  Result r{{}, opt, backend, in.shape()};
   {
     py::gil_scoped_release unlocked;
-    r.report = b.run(precision, acc, in, opt);
+    r.report = b.run(precision, acc, in, opt, {}, repetitions);
   }
   return r;
 }
@@ -239,6 +240,10 @@ PYBIND11_MODULE(_core, m) {
         return r.report.weights ? py::object(array(*r.report.weights)) : py::none();
       })
       .def_property_readonly("seconds", [](const Result& r) { return r.report.seconds; })
+      .def_property_readonly("warm_seconds", [](const Result& r) { return r.report.warm_seconds; })
+      .def_property_readonly("flops", [](const Result& r) {  // of Q K^T and P V, halved for causal (backend.hpp)
+        return attn::flops(r.shape, std::holds_alternative<attn::mask::Causal>(r.options.mask));
+      })
       .def_property_readonly("workspace_bytes", [](const Result& r) { return r.report.workspace_bytes; })
       .def_property_readonly("backend", [](const Result& r) { return r.backend; })
       .def_property_readonly("precision", [](const Result& r) { return std::string(r.report.precision); })
@@ -248,11 +253,11 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "attend",
       [](const Array& q, const Array& k, const Array& v, const std::string& backend, const std::string& precision,
-         std::optional<std::string> accumulate, const py::kwargs& kw) {
-        return attend(q, k, v, backend, precision, accumulate, options_of(heads_of(q), kw));
+         std::optional<std::string> accumulate, std::size_t repetitions, const py::kwargs& kw) {
+        return attend(q, k, v, backend, precision, accumulate, options_of(heads_of(q), kw), repetitions);
       },
       py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("backend"), py::arg("precision"),
-      py::arg("accumulate") = py::none());
+      py::arg("accumulate") = py::none(), py::arg("repetitions") = 0);
 
   // The verdict of verify() on a result, as the JSON every tool writes (attn/verify/verdict_json.hpp).
   m.def("check", [](const Result& r) { return verdict(r.report, r.options); });

@@ -14,6 +14,7 @@
     PyTorch's SDPA) run (doctest).
 """
 import doctest
+import glob
 import os
 import subprocess
 import tempfile
@@ -126,6 +127,81 @@ def test_api():
     sdpa = F.scaled_dot_product_attention(gq, gk, gv, is_causal=True).detach()
     record(truth["truth"] == "mp50" and float((truth["out"] - sdpa).abs().max()) < 1e-14,
            f"ground_truth = SDPA in fp64: {truth['truth']}, {float((truth['out'] - sdpa).abs().max()):.3g}")
+
+    # verify on Python functions (pickled by value into attn-lab's workers, run by the bridge): a right NumPy
+    # kernel passes; the three wrong ones fail, each with a shrunk counterexample that reproduces the failure
+    # here (check of the same function on its arrays fails; of the right one, passes).
+    def attention(q, k, v, scale, causal, after=False, swap=False):
+        s = (k @ np.swapaxes(q, -1, -2) if swap else q @ np.swapaxes(k, -1, -2)).astype(np.float64) * scale
+        n_q, n_kv = s.shape[-2:]
+        allowed = np.arange(n_kv)[None, :] <= np.arange(n_q)[:, None] + (n_kv - n_q) if causal else \
+            np.ones((n_q, n_kv), bool)
+        if after:  # the mask applied to the weights after the softmax
+            p = np.exp(s - s.max(axis=-1, keepdims=True))
+            p = p / p.sum(axis=-1, keepdims=True) * allowed
+        else:
+            s = np.where(allowed, s, -np.inf)
+            m = s.max(axis=-1, keepdims=True)
+            p = np.exp(s - np.where(np.isfinite(m), m, 0))
+            total = p.sum(axis=-1, keepdims=True)
+            p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)  # a row with no key: 0
+        return (p @ v.astype(np.float64)).astype(q.dtype)
+
+    def declared(f, name):
+        return al.kernel(name=name, description=name, storage={"fp32": "fp32"}, masks=("causal",))(f)
+
+    right = declared(lambda q, k, v, *, scale, causal, **o: attention(q, k, v, scale, causal), "numpy-right")
+    wrong_kernels = {
+        "mask after the softmax": lambda q, k, v, *, scale, causal, **o: attention(q, k, v, scale, causal, after=True),
+        "scale missing": lambda q, k, v, *, scale, causal, **o: attention(q, k, v, 1.0, causal),
+        "Q and K swapped": lambda q, k, v, *, scale, causal, **o: attention(q, k, v, scale, causal, swap=True)}
+    report = al.verify(right, quiet=True)
+    ran = [c for c in report.cells if c.status == "pass"]
+    record(report.passed and len(ran) >= 2 and "PASS" in repr(report),
+           f"verify, a right NumPy kernel: {report!r}; passed: {[c.name for c in ran]}")
+    for name, f in wrong_kernels.items():
+        report = al.verify(declared(f, "numpy-wrong"), quiet=True)
+        cx = report.failures[0].counterexample if report.failures else None
+        if cx is None:
+            record(False, f"verify, {name}: no failure with a counterexample: {report!r}")
+            continue
+        args = [a.astype(np.float32) for a in (cx.q, cx.k, cx.v)]
+        causal = bool(cx.options.get("causal"))
+        try:  # the kernel may fail by raising (Q and K swapped cannot multiply when n_q != n_kv)
+            again = cx.check(f(*args, scale=cx.q.shape[-1] ** -0.5, causal=causal))
+            failed_again = not again.passed
+        except ValueError as e:
+            again, failed_again = f"raised {e}", "threw" in report.failures[0].description
+        fixed = cx.check(attention(*args, cx.q.shape[-1] ** -0.5, causal))
+        record(not report.passed and "FAIL" in repr(report) and failed_again and fixed.passed,
+               f"verify, {name}: {report!r}; its counterexample {cx!r} fails again here ({again!r}) and the right "
+               f"kernel passes it ({fixed!r})")
+    ok, message = raises(lambda: al.verify("nope", quiet=True), ValueError, "unknown backend", "nope")
+    record(ok, f"verify of an unknown backend: {message}")
+
+    # A Python kernel loaded into this process (the bridge uses the running interpreter): attend and check.
+    torch_math = al.load_plugin("python:attention_lab.peers:torch_math")[0]
+    tm = al.attend(q, k, v, backend=torch_math, causal=True)
+    record(al.check(tm).passed, f"a Python plugin in this process ({torch_math}): {al.check(tm)!r}")
+
+    # bench: medians with intervals, ratios with bootstrap intervals, in one process.
+    b = al.bench(q, k, v, backends=("streaming", "naive"), repetitions=12, causal=True)
+    s_row, n_row = b.rows
+    record(len(s_row["samples"]) == 12 and s_row["interval"][0] <= s_row["median_seconds"] <= s_row["interval"][1]
+           and n_row["ratio_interval"][0] <= n_row["ratio"] <= n_row["ratio_interval"][1]
+           and abs(n_row["ratio"] - n_row["median_seconds"] / s_row["median_seconds"]) < 1e-12
+           and "GFLOP/s" in repr(b), f"bench: {b!r}")
+    ok, message = raises(lambda: al.bench(q, k, v, repetitions=2, rounds=3), ValueError, "repetitions")
+    record(ok, f"bench with fewer repetitions than rounds: {message}")
+
+    # Runs from Python: the committed runs, compared as attn-lab compare does (across machines when theirs differ).
+    committed = sorted(d for d in glob.glob(os.path.join(SOURCE, "reports", "runs", "2*")) if os.path.isdir(d))
+    a_run, b_run = al.open_run(committed[-2]), al.open_run(committed[-1])
+    cmp = al.compare_runs(committed[-2], committed[-1], across_machines=a_run.fingerprint != b_run.fingerprint)
+    record(len(cmp["benchmarks"]) > 0 and all("verdict" in r for r in cmp["benchmarks"]) and "|" in cmp["markdown"],
+           f"compare_runs {a_run.stamp} -> {b_run.stamp}: {len(cmp['benchmarks'])} benchmarks")
+    ok, message = raises(lambda: al.open_run(SOURCE), ValueError, "not a run")
+    record(ok, f"open_run of a folder that is no run: {message}")
 
     # Bad input: one clear exception each.
     for label, f, kind, words in (

@@ -19,7 +19,7 @@ import tempfile
 
 from paths import ATTN_BENCH
 
-from attention_lab import bench, stats
+from attention_lab import bench_json, stats
 
 WIDTH, MAX_SAMPLES = 0.5, 12  # wide enough that most smoke benchmarks stop early, so the rule is exercised
 
@@ -72,8 +72,8 @@ def test_every_family_at_its_smallest_size():
             failures.append(f"{r['name']}: error above its bound")
     # The schema: every benchmark's fields (what tools read instead of the name) agree with its stable name,
     # and every family of attn-bench's series table ran.
-    families = bench.families(data)
-    for f, r in bench.iterations(data):
+    families = bench_json.families(data)
+    for f, r in bench_json.iterations(data):
         why = name_disagrees(r["name"], f)
         if why:
             failures.append(f"{r['name']}: its stable name and its fields {r.get('attn')} disagree: {why}")

@@ -9,7 +9,7 @@ import tempfile
 import unittest
 
 import paths  # noqa: E402,F401  (the package on sys.path)
-from attention_lab import bench as bench_json  # noqa: E402
+from attention_lab import bench_json  # noqa: E402
 from attention_lab import reports as report  # noqa: E402
 
 BACKENDS = ["naive", "streaming"]

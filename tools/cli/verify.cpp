@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "attn/registry/registry.hpp"
 #include "cli/command.hpp"
 #include "verify/plugin_verify.hpp"
 
@@ -19,16 +20,19 @@ std::string self_path() {
 }
 
 int run(const Args& args) {
-  if (!args.has("--plugin")) throw Error("verify needs --plugin PATH (the library to verify)");
+  if (args.has("--plugin") == args.has("--backend"))
+    throw Error("verify needs --plugin PATH (the library to verify) or --backend NAME (a built-in backend)");
   plugin_verify::Settings s;
-  const std::string given = args.str("--plugin");  // a library's path, or python:MODULE:FUNCTION
-  s.plugin = given.rfind("python:", 0) == 0 ? given : std::filesystem::absolute(given).string();
+  const std::string given = args.str("--plugin", "");  // a library's path, or python:MODULE:FUNCTION
+  s.backend = args.str("--backend", "");
+  if (!s.backend.empty()) attn::backend_info(s.backend);  // an unknown name: the registry's one-line error
+  if (!given.empty()) s.plugin = given.rfind("python:", 0) == 0 ? given : std::filesystem::absolute(given).string();
   s.profile = args.str("--profile", "smoke");
   s.out = args.str("--out", "verdict");
   s.self = self_path();
   if (args.has("--worker"))  // a child of the command below, never run by hand
     return plugin_verify::worker(s, args.str("--worker"), args.str("--kernel"), args.count("--from", 0));
-  if (given.rfind("python:", 0) != 0 && !std::filesystem::exists(s.plugin)) throw Error("plugin '" + args.str("--plugin") + "': no such file");
+  if (!given.empty() && given.rfind("python:", 0) != 0 && !std::filesystem::exists(s.plugin)) throw Error("plugin '" + args.str("--plugin") + "': no such file");
   if (!args.flag("--force") && std::filesystem::exists(std::filesystem::path(s.out) / "verdict.json"))
     throw Error("--out " + s.out + " holds a verdict already; pass --force to replace it");
   return plugin_verify::verify(s);
@@ -38,11 +42,12 @@ int run(const Args& args) {
 
 extern const Command verify_command = {
     "verify",
-    "  attn-lab verify --plugin PATH [--profile smoke|quick|full] [--out DIR]\n"
-    "                             the verdict on a plugin's kernels: every property in every\n"
-    "                             configuration they claim, then a benchmark beside ours\n",
-    R"(attn-lab verify --plugin PATH [--profile smoke|quick|full] [--out DIR] [--force]: the
-verdict on the kernels of a plugin library (include/attn/plugin.h). For every configuration a
+    "  attn-lab verify --plugin PATH|--backend NAME [--profile smoke|quick|full] [--out DIR]\n"
+    "                             the verdict on a plugin's kernels (or a built-in backend): every\n"
+    "                             property in every configuration they claim, then a benchmark\n",
+    R"(attn-lab verify --plugin PATH|--backend NAME [--profile smoke|quick|full] [--out DIR] [--force]:
+the verdict on the kernels of a plugin library (include/attn/plugin.h), or on one built-in
+backend of the registry (--backend: the same cells the property tests run). For every configuration a
 kernel claims (storage precision x accumulation) every property of the suite runs under
 RapidCheck (3 x 10, 30 or 100 generated cases per property: smoke, quick, full; fixed seed,
 printed), its cases stripped of the masks and variants the kernel does not claim; a cell counts
@@ -61,7 +66,7 @@ plugin cannot be used.
 examples:
   attn-lab verify --plugin build/plugins/libattn_example.so --profile smoke --out verdict
 )",
-    {"--plugin", "--profile", "--out", "--worker", "--kernel", "--from"},
+    {"--plugin", "--backend", "--profile", "--out", "--worker", "--kernel", "--from"},
     {"--force"},
     run};
 

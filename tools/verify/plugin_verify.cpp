@@ -121,45 +121,51 @@ Json save_counterexample(const fs::path& dir, const Case& c, const BackendInfo& 
   save_npy_atomic((dir / "v.npy").string(), in.v);
   const Options opt = c.options();
   const std::string d = dir.string() + "/";
-  std::string cmd = "attn-lab attend --q " + d + "q.npy --k " + d + "k.npy --v " + d + "v.npy --plugin " + plugin +
-                    " --backend " + b.name + " --precision " + std::string(cfg.precision->name) + " --accumulate " +
+  // The replay command, and the same problem as attention_lab.attend's keyword arguments (arrays by file name).
+  Json kw = Json::object();
+  std::string cmd = "attn-lab attend --q " + d + "q.npy --k " + d + "k.npy --v " + d + "v.npy" +
+                    (plugin.empty() ? "" : " --plugin " + plugin) + " --backend " + b.name + " --precision " + std::string(cfg.precision->name) + " --accumulate " +
                     std::string(accumulate_name(cfg.acc));
   std::visit(
       [&](const auto& m) {
         using M = std::decay_t<decltype(m)>;
-        if constexpr (std::is_same_v<M, mask::Causal>) cmd += " --mask causal";
-        if constexpr (std::is_same_v<M, mask::SlidingWindow>) cmd += " --mask window:" + std::to_string(m.window);
+        if constexpr (std::is_same_v<M, mask::Causal>) cmd += " --mask causal", kw["causal"] = true;
+        if constexpr (std::is_same_v<M, mask::SlidingWindow>) cmd += " --mask window:" + std::to_string(m.window), kw["window"] = m.window;
         if constexpr (std::is_same_v<M, mask::KeyPadding>) {
           xt::xtensor<double, 1> t = xt::xtensor<double, 1>::from_shape({m.valid_length.size()});
           for (std::size_t i = 0; i < t.size(); ++i) t(i) = double(m.valid_length[i]);
           save(dir, "keypad.npy", t);
-          cmd += " --mask keypad:" + d + "keypad.npy";
+          cmd += " --mask keypad:" + d + "keypad.npy", kw["key_lengths"] = "keypad.npy";
         }
         if constexpr (std::is_same_v<M, mask::Boolean>) {
           xt::xtensor<double, 2> t = xt::xtensor<double, 2>::from_shape(m.allowed.shape());
           for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = m.allowed.data()[i];
           save_npy_atomic(d + "allowed.npy", t);
-          cmd += " --mask bool:" + d + "allowed.npy";
+          cmd += " --mask bool:" + d + "allowed.npy", kw["allowed"] = "allowed.npy";
         }
         if constexpr (std::is_same_v<M, mask::AdditiveBias>) {
           save_npy_atomic(d + "bias.npy", m.bias);
-          cmd += " --mask bias:" + d + "bias.npy";
+          cmd += " --mask bias:" + d + "bias.npy", kw["bias"] = "bias.npy";
         }
       },
       opt.mask);
   std::ostringstream cap;
   cap.precision(17);
-  if (opt.softcap) cap << *opt.softcap, cmd += " --softcap " + cap.str();
-  if (opt.sinks) save(dir, "sinks.npy", *opt.sinks), cmd += " --sinks " + d + "sinks.npy";
-  if (opt.alibi_slopes) save(dir, "alibi.npy", *opt.alibi_slopes), cmd += " --alibi-slopes " + d + "alibi.npy";
+  if (opt.softcap) cap << *opt.softcap, cmd += " --softcap " + cap.str(), kw["softcap"] = *opt.softcap;
+  if (opt.sinks) save(dir, "sinks.npy", *opt.sinks), cmd += " --sinks " + d + "sinks.npy", kw["sinks"] = "sinks.npy";
+  if (opt.alibi_slopes) save(dir, "alibi.npy", *opt.alibi_slopes), cmd += " --alibi-slopes " + d + "alibi.npy", kw["alibi"] = "alibi.npy";
   if (opt.segments) {
     xt::xtensor<double, 2> t = xt::xtensor<double, 2>::from_shape(opt.segments->shape());
     for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = double(opt.segments->data()[i]);
     save_npy_atomic(d + "segments.npy", t);
-    cmd += " --segments " + d + "segments.npy";
+    cmd += " --segments " + d + "segments.npy", kw["segments"] = "segments.npy";
   }
-  if (opt.threads > 1) cmd += " --threads " + std::to_string(opt.threads);
-  return {{"case", props::describe(c)}, {"folder", dir.string()}, {"replay", cmd + " --check"}};
+  if (opt.threads > 1) cmd += " --threads " + std::to_string(opt.threads), kw["threads"] = opt.threads;
+  if (opt.block_q) cmd += " --block-q " + std::to_string(opt.block_q), kw["block_q"] = opt.block_q;
+  if (opt.block_k) cmd += " --block-k " + std::to_string(opt.block_k), kw["block_k"] = opt.block_k;
+  kw["precision"] = cfg.precision->name;
+  kw["accumulate"] = accumulate_name(cfg.acc);
+  return {{"case", props::describe(c)}, {"folder", dir.string()}, {"replay", cmd + " --check"}, {"attend", kw}};
 }
 
 void append_line(const fs::path& path, const Json& j) {
@@ -240,9 +246,15 @@ Json run_cell(const BackendInfo& b, const Cell& cell, std::size_t index, int cas
   return j;
 }
 
-const BackendInfo& kernel_row(const std::string& name) {
+// The kernels verified: the plugin's (loaded), or the one built-in backend asked for.
+std::vector<std::string> kernels_of(const Settings& s) {
+  if (!s.backend.empty()) return {backend_info(s.backend).name};  // Error naming the known ones if unknown
+  return load_plugin(s.plugin);
+}
+
+const BackendInfo& kernel_row(const Settings& s, const std::string& name) {
   const BackendInfo& b = backend_info(name);
-  if (!b.traits.plugin) throw Error("'" + name + "' is not a plugin's kernel");
+  if (!b.traits.plugin && name != s.backend) throw Error("'" + name + "' is not a plugin's kernel");
   return b;
 }
 
@@ -329,7 +341,8 @@ struct CellProgress {
 // Runs this binary as a worker with its output appended to `log`; stops it
 // when progress.txt and cells.jsonl stay unchanged for kStallSeconds.
 Child run_worker(const Settings& s, const std::vector<std::string>& extra, CellProgress* progress = nullptr) {
-  std::vector<std::string> argv = {s.self, "verify", "--plugin", s.plugin, "--profile", s.profile, "--out", s.out};
+  std::vector<std::string> argv = {s.self, "verify", s.backend.empty() ? "--plugin" : "--backend",
+                                   s.backend.empty() ? s.plugin : s.backend, "--profile", s.profile, "--out", s.out};
   argv.insert(argv.end(), extra.begin(), extra.end());
   std::vector<char*> cargv;
   for (auto& a : argv) cargv.push_back(a.data());
@@ -462,8 +475,8 @@ int worker(const Settings& s, const std::string& job, const std::string& kernel,
   const fs::path out(s.out);
   if (job == "list") {
     Json j = {{"kernels", Json::array()}};
-    for (const std::string& name : load_plugin(s.plugin)) {
-      const BackendInfo& b = kernel_row(name);
+    for (const std::string& name : kernels_of(s)) {
+      const BackendInfo& b = kernel_row(s, name);
       Json cells = Json::array();
       for (const Cell& c : cells_of(b)) cells.push_back({{"property", c.property->id}, {"config", c.config.name()}});
       j["kernels"].push_back({{"name", name}, {"description", b.description}, {"cells", cells}});
@@ -472,8 +485,8 @@ int worker(const Settings& s, const std::string& job, const std::string& kernel,
     return 0;
   }
   if (job != "bench" && job != "cells") throw Error("unknown verify worker job '" + job + "' (list, cells, bench)");
-  load_plugin(s.plugin);
-  const BackendInfo& b = kernel_row(kernel);
+  kernels_of(s);
+  const BackendInfo& b = kernel_row(s, kernel);
   if (job == "bench") {
     write_progress(out, 0, "benchmark of " + kernel);
     write_file_atomic((out / ("bench-" + slug(kernel) + ".json")).string(), dump(bench(b, s.profile)) + "\n");
@@ -495,7 +508,7 @@ int verify(const Settings& s) {
   fs::create_directories(out);
   for (const char* stale : {"cells.jsonl", "progress.txt", "worker.log", "kernels.json"}) fs::remove(out / stale);
   fs::remove_all(out / "counterexamples");
-  Json v = {{"plugin", s.plugin}, {"profile", s.profile}, {"seed", kSeed}, {"cases_per_cell", cases},
+  Json v = {{"plugin", s.backend.empty() ? s.plugin : s.backend}, {"profile", s.profile}, {"seed", kSeed}, {"cases_per_cell", cases},
             {"kernels", Json::array()}};
   const Child list = run_worker(s, {"--worker", "list"});
   if (list.status != 0 || !fs::exists(out / "kernels.json")) {

@@ -17,7 +17,8 @@
 namespace attn::plugin_verify {
 
 struct Settings {
-  std::string plugin;   // the library's path
+  std::string plugin;   // the library's path (or python:MODULE:FUNCTION); empty with `backend`
+  std::string backend;  // a built-in backend to verify instead of a plugin's kernels
   std::string profile;  // smoke, quick, full: cases per property 10, 30, 100
   std::string out;      // the verdict folder
   std::string self;     // this executable (the workers run it)

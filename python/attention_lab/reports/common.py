@@ -6,7 +6,7 @@ import os
 
 import matplotlib.pyplot as plt
 
-from attention_lab import ROOT, bench as bench_json, io
+from attention_lab import ROOT, bench_json, io
 from attention_lab import stats
 
 INPUTS = ["peak.json", "bench.json", "build.json"]
@@ -67,7 +67,7 @@ def fmt_bytes(b):
 
 
 def bench_rows(bench):
-    """attention_lab.bench's rows of bench.json, its errors as ReportError."""
+    """attention_lab.bench_json's rows of bench.json, its errors as ReportError."""
     return bench_json.rows(bench, "bench.json", ReportError)
 
 

@@ -24,7 +24,7 @@ import tempfile
 import markdown
 import numpy as np
 
-from attention_lab import bench as bench_json, io
+from attention_lab import bench_json, io
 
 # E1/E2 of EXAMPLES.md: V of E1; the scores of row C are [2, 1, 3] at d_k = 2.
 E1_V = [[1.0, 0.0], [1.0, 2.0], [2.0, 2.0]]
