@@ -111,8 +111,10 @@ def _option_arrays(**options):
 
 
 class Result:
-    """One backend call: out (and lse, weights where asked), the backend, precision, accumulation, the cold
-    call's seconds and workspace bytes. check(result) judges it."""
+    """One backend call: out (and lse, weights where asked), the backend, precisions, accumulation, the cold
+    call's seconds (the backend alone), call_seconds (the library's whole call as a C++ caller makes it:
+    rounding the inputs to the storage precision, the workspace, the backend) and workspace bytes.
+    check(result) judges it."""
 
     def __init__(self, core_result, rank, framework):
         self._core = core_result
@@ -122,6 +124,7 @@ class Result:
         self.backend, self.precision, self.accumulate = (core_result.backend, core_result.precision,
                                                          core_result.accumulate)
         self.seconds, self.workspace_bytes = core_result.seconds, core_result.workspace_bytes
+        self.call_seconds = core_result.call_seconds  # the library's whole call, as a C++ caller makes it
 
     def __repr__(self):
         return (f"<attention_lab.Result {self.backend} {self.precision} (accumulate {self.accumulate}), out "
@@ -382,12 +385,22 @@ def compare_runs(a: PathLike, b: PathLike, *, level: float = 0.95, across_machin
 
 
 def _attn_lab(what="verify"):
-    """The attn-lab executable of the build (ATTN_BUILD, default build/ in the checkout)."""
-    path = os.path.join(os.environ.get("ATTN_BUILD", os.path.join(ROOT, "build")), "tools", "attn-lab")
-    if not os.access(path, os.X_OK):
-        raise RuntimeError(f"{what} runs attn-lab, which is not built at {path}: build the checkout "
-                           "(scripts/setup.sh); `pip install .` installs the library (attend, check, bench)")
-    return path
+    """attn-lab: the checkout's build (ATTN_BUILD, default build/ in the checkout), else the one `pip install .`
+    put beside this interpreter (the environment's bin/)."""
+    built = os.path.join(os.environ.get("ATTN_BUILD", os.path.join(ROOT, "build")), "tools", "attn-lab")
+    for path in (built, os.path.join(os.path.dirname(sys.executable), "attn-lab")):
+        if os.access(path, os.X_OK):
+            return path
+    raise RuntimeError(f"{what} runs attn-lab, which is neither built at {built} nor installed beside "
+                       f"{sys.executable}: build the checkout (scripts/setup.sh) or pip install . from it")
+
+
+def _bridge_env(env):
+    """env with attn-lab's Python bridge where `pip install .` put it (in this package), when it did."""
+    installed = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libattn_python.so")
+    if os.path.isfile(installed) and "ATTN_PYTHON_BRIDGE" not in env:
+        env["ATTN_PYTHON_BRIDGE"] = installed
+    return env
 
 
 class Counterexample:
@@ -481,7 +494,7 @@ def verify(kernel: Union[Callable[..., Any], str], *, profile: str = "smoke", ou
     configuration). out: the verdict's folder (default: a new temporary one); one holding a verdict is
     replaced only with force=True. Progress goes to stderr unless quiet.
 
-    Needs attn-lab, the checkout's build (a `pip install .` has attend and check, not verify).
+    Runs attn-lab: the checkout's build, or the one `pip install .` installs into the environment's bin/.
     """
     import subprocess
     import tempfile
@@ -489,7 +502,8 @@ def verify(kernel: Union[Callable[..., Any], str], *, profile: str = "smoke", ou
         raise ValueError(f"profile {profile!r} is not one of smoke, quick, full")
     tool = _attn_lab()
     folder = os.path.abspath(os.fspath(out)) if out is not None else tempfile.mkdtemp(prefix="attn-verify-")
-    env = dict(os.environ)
+    env = _bridge_env(dict(os.environ))
+    env.setdefault("ATTN_PYTHON", sys.executable)  # the bridge's interpreter in attn-lab's workers: this one
     replayable = True
     if callable(kernel):
         import cloudpickle
@@ -505,8 +519,7 @@ def verify(kernel: Union[Callable[..., Any], str], *, profile: str = "smoke", ou
             cloudpickle.dump(kernel, f)
         os.replace(path + ".tmp", path)
         env["ATTN_PICKLED_KERNELS"] = kernels
-        # The child's interpreter is this one, and it imports what this process can.
-        env["ATTN_PYTHON"] = sys.executable
+        # The child imports what this process can.
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
         target, replayable = ["--plugin", "python:attention_lab.pickled:kernel"], False
     elif isinstance(kernel, str) and (kernel.startswith("python:") or os.sep in kernel or kernel.endswith(".so")):

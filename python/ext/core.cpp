@@ -14,6 +14,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -64,6 +65,7 @@ struct Result {
   attn::Options options;
   std::string backend;
   attn::Shape shape;
+  double call_seconds = 0;  // the library's whole call (b.run: rounding, workspace, the backend): wall time
 };
 
 // The problem's options from keyword arguments (attention_lab.api passes them; None is absent): the one parser
@@ -170,7 +172,9 @@ Result attend(const Array& q, const Array& k, const Array& v, const std::string&
   Result r{{}, opt, backend, in.shape()};
   {
     py::gil_scoped_release unlocked;
+    const auto t0 = std::chrono::steady_clock::now();
     r.report = b.run(precision, acc, in, opt, {}, repetitions);
+    r.call_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return r;
 }
@@ -240,6 +244,7 @@ PYBIND11_MODULE(_core, m) {
         return r.report.weights ? py::object(array(*r.report.weights)) : py::none();
       })
       .def_property_readonly("seconds", [](const Result& r) { return r.report.seconds; })
+      .def_property_readonly("call_seconds", [](const Result& r) { return r.call_seconds; })
       .def_property_readonly("warm_seconds", [](const Result& r) { return r.report.warm_seconds; })
       .def_property_readonly("flops", [](const Result& r) {  // of Q K^T and P V, halved for causal (backend.hpp)
         return attn::flops(r.shape, std::holds_alternative<attn::mask::Causal>(r.options.mask));
