@@ -384,6 +384,39 @@ def compare_runs(a: PathLike, b: PathLike, *, level: float = 0.95, across_machin
     return {**result, "markdown": md}
 
 
+def run_history(*, benchmark: str = r"^attn_h8/streaming/fp32/causal:0/", machine: Optional[str] = None,
+            db: Optional[PathLike] = None) -> dict:
+    """The runs' history store (`attn-lab history`; default reports/history.sqlite, which scripts/run appends
+    every run to), read: `series` (per machine fingerprint and benchmark matching the regular expression
+    `benchmark`: each run's stamp, commit and repetitions' seconds, in run order) and `changes` (consecutive
+    runs of one machine compared: ratio, bootstrap interval, Holm-corrected p, significant). ValueError for a
+    missing store or a bad expression."""
+    h = importlib.import_module("attention_lab.history")  # not `from attention_lab import`: this is al.history
+    try:
+        store = h.open_store(os.fspath(db) if db is not None else h.DEFAULT_DB, create=False)
+        found = h.series(store, benchmark, machine)
+    except h.HistoryError as e:
+        raise ValueError(str(e)) from None
+    return {"series": [{"fingerprint": fp, "benchmark": name,
+                        "runs": [{"stamp": st, "commit": c, "seconds": x} for st, c, x in pts]}
+                       for (fp, name), pts in sorted(found.items())],
+            "changes": h.changes(found, 0.95)}
+
+
+def append_history(*run_paths: PathLike, db: Optional[PathLike] = None) -> dict:
+    """Adds runs (run folders) to the history store (`attn-lab history append`; one transaction per run, a run
+    already there is skipped): {stamp: True if appended, False if it was there}. ValueError for a folder that
+    is not a run, before the store is touched."""
+    from attention_lab import runs
+    h = importlib.import_module("attention_lab.history")
+    try:
+        loaded = [runs.Run(os.fspath(r)) for r in run_paths]
+        store = h.open_store(os.fspath(db) if db is not None else h.DEFAULT_DB, create=True)
+        return {r.stamp: bool(h.append(store, r)) for r in loaded}
+    except (h.HistoryError, runs.RunError) as e:
+        raise ValueError(str(e)) from None
+
+
 def _attn_lab(what="verify"):
     """attn-lab: the checkout's build (ATTN_BUILD, default build/ in the checkout), else the one `pip install .`
     put beside this interpreter (the environment's bin/)."""

@@ -43,6 +43,10 @@ def test_api():
     import attention_lab as al
     from attention_lab import api
     print(f"seed {SEED}")
+    import pkgutil
+    clash = set(al._API) & {m.name for m in pkgutil.iter_modules(al.__path__)}
+    record(not clash and all(callable(getattr(al, n)) for n in al._API),
+           f"the API's names are no submodule's (a submodule's import would replace them): {sorted(clash)}")
     rows = {b["name"]: b for b in al.backends()}
     record("streaming" in rows and rows["streaming"]["traits"]["own_threads"] and rows["streaming"]["backward"],
            f"backends: {sorted(rows)}")
@@ -202,6 +206,17 @@ def test_api():
            f"compare_runs {a_run.stamp} -> {b_run.stamp}: {len(cmp['benchmarks'])} benchmarks")
     ok, message = raises(lambda: al.open_run(SOURCE), ValueError, "not a run")
     record(ok, f"open_run of a folder that is no run: {message}")
+    with tempfile.TemporaryDirectory() as work:  # the history store: written, then read back
+        store = os.path.join(work, "history.sqlite")
+        first = al.append_history(committed[-2], committed[-1], db=store)
+        again = al.append_history(committed[-1], db=store)
+        h = al.run_history(benchmark="^attn_h8/streaming/fp32/", db=store)
+        stamps = {run["stamp"] for s in h["series"] for run in s["runs"]}
+        record(list(first.values()) == [True, True] and list(again.values()) == [False]
+               and stamps <= set(first) and len(stamps) >= 1 and all(s["runs"][0]["seconds"] for s in h["series"]),
+               f"append_history then run_history: {first}, {again}, {len(h['series'])} series over {sorted(stamps)}")
+        ok, message = raises(lambda: al.run_history(benchmark="(", db=store), ValueError, "regular expression")
+        record(ok, f"run_history with a bad expression: {message}")
 
     # Bad input: one clear exception each.
     for label, f, kind, words in (
