@@ -12,8 +12,10 @@
 The library's own extension module (attention_lab._core, python/ext/core.cpp) does the work: the same
 registry, backends and verdict as `attn-lab attend --check`, with the same one-line messages (bad shapes,
 options or names raise ValueError; a combination a backend does not claim raises NotImplementedError). The GIL
-is released while a backend or the verdict runs. Tensors cross once as float64 (the library's entry point
-takes float64 inputs and rounds them to the storage precision itself, as it does the CLI's .npy files);
+is released while a backend or the verdict runs. Inputs of any real dtype and strides cross with one copy, the
+conversion into the library's float64 inputs (its entry point owns float64 inputs and rounds them to the
+storage precision itself, as it does the CLI's .npy files; the report keeps them, as the backend saw them,
+for the verdict);
 results come back as NumPy arrays, or as torch tensors when torch tensors came in, with the inputs' rank
 (2: [n, d], 3: [heads, n, d], 4: [batch, heads, n, d]; K and V with fewer heads than Q: grouped-query
 attention).
@@ -71,21 +73,21 @@ def precisions() -> list[dict]:
 
 
 def _as_float64(x, name):
-    """(a float64 [B, H, n, d] array, rank, framework) of a NumPy array or torch tensor of rank 2 to 4."""
+    """(a [B, H, n, d] NumPy view of x, rank, framework) of a NumPy array or torch tensor of rank 2 to 4, not
+    copied (a torch tensor is viewed through .numpy(); bf16, which NumPy lacks, widened to fp32, exactly): the
+    extension converts it once, into the library's float64 inputs."""
     framework = "numpy"
     if type(x).__module__.startswith("torch"):
+        import torch
         framework = "torch"
         x = x.detach().to("cpu")
-        x = x.double().numpy()
+        x = (x.float() if x.dtype == torch.bfloat16 else x).numpy()
     a = np.asarray(x)
     if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"{name}: a float array or tensor, not {a.dtype}")
     if a.ndim not in (2, 3, 4):
         raise ValueError(f"{name}: rank {a.ndim}: give [n, d], [heads, n, d] or [batch, heads, n, d]")
-    rank = a.ndim
-    while a.ndim < 4:
-        a = a[np.newaxis]
-    return np.ascontiguousarray(a, dtype=np.float64), rank, framework
+    return a.reshape((1,) * (4 - a.ndim) + a.shape), a.ndim, framework
 
 
 def _back(a, rank, framework):

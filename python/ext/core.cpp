@@ -34,15 +34,20 @@ namespace {
 
 using Array = py::array_t<double, py::array::c_style | py::array::forcecast>;
 
+// An array of any real dtype and any strides as the library's float64 tensor: one conversion, straight into
+// the tensor's buffer (numpy.copyto through a view of it), and no other copy on the way.
 template <std::size_t N>
-xt::xtensor<double, N> tensor(const Array& a, const char* name) {
+xt::xtensor<double, N> tensor(const py::array& a, const char* name) {
   if (a.ndim() != static_cast<py::ssize_t>(N))
     throw attn::Error(std::string(name) + ": expected " + std::to_string(N) + " dimensions, got " +
                       std::to_string(a.ndim()));
   std::array<std::size_t, N> shape{};
   for (std::size_t i = 0; i < N; ++i) shape[i] = static_cast<std::size_t>(a.shape(i));
   xt::xtensor<double, N> t(shape);
-  std::copy(a.data(), a.data() + a.size(), t.data());
+  if (t.size() == 0) return t;
+  const py::array_t<double> view(std::vector<py::ssize_t>(a.shape(), a.shape() + N), t.data(),
+                                 py::capsule(t.data(), [](void*) {}));  // a view: the tensor owns the memory
+  py::module_::import("numpy").attr("copyto")(view, a, py::arg("casting") = "unsafe");
   return t;
 }
 
@@ -154,7 +159,7 @@ attn::Options options_of(const attn::Shape& s, const py::kwargs& kw) {
 }
 
 // The shape's batch and heads from q (4-D): what options_of needs (ALiBi's default slopes).
-attn::Shape heads_of(const Array& q) {
+attn::Shape heads_of(const py::array& q) {
   attn::Shape s;
   if (q.ndim() == 4) {
     s.batch = static_cast<std::size_t>(q.shape(0));
@@ -163,7 +168,7 @@ attn::Shape heads_of(const Array& q) {
   return s;
 }
 
-Result attend(const Array& q, const Array& k, const Array& v, const std::string& backend, const std::string& precision,
+Result attend(const py::array& q, const py::array& k, const py::array& v, const std::string& backend, const std::string& precision,
               std::optional<std::string> accumulate, const attn::Options& opt, std::size_t repetitions = 0) {
   attn::Inputs<double> in{tensor<4>(q, "q"), tensor<4>(k, "k"), tensor<4>(v, "v")};
   const attn::BackendInfo& b = attn::backend_info(backend);
@@ -257,7 +262,7 @@ PYBIND11_MODULE(_core, m) {
 
   m.def(
       "attend",
-      [](const Array& q, const Array& k, const Array& v, const std::string& backend, const std::string& precision,
+      [](const py::array& q, const py::array& k, const py::array& v, const std::string& backend, const std::string& precision,
          std::optional<std::string> accumulate, std::size_t repetitions, const py::kwargs& kw) {
         return attend(q, k, v, backend, precision, accumulate, options_of(heads_of(q), kw), repetitions);
       },
@@ -273,7 +278,7 @@ PYBIND11_MODULE(_core, m) {
   // allowances) comes from the baseline backend's run on the same problem, whose output it replaces.
   m.def(
       "check_output",
-      [](const Array& out, const Array& q, const Array& k, const Array& v, const std::string& precision,
+      [](const py::array& out, const py::array& q, const py::array& k, const py::array& v, const std::string& precision,
          std::optional<std::string> accumulate, const py::kwargs& kw) {
         attn::Options opt = options_of(heads_of(q), kw);
         opt.need_lse = opt.need_weights = false;
@@ -304,7 +309,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("precision", [](const BackwardResult& r) { return std::string(r.report.forward.precision); });
   m.def(
       "backward",
-      [](const Array& q, const Array& k, const Array& v, const Array& d_out, const std::string& backend,
+      [](const py::array& q, const py::array& k, const py::array& v, const py::array& d_out, const std::string& backend,
          const std::string& precision, std::optional<std::string> accumulate, const py::kwargs& kw) {
         attn::Inputs<double> in{tensor<4>(q, "q"), tensor<4>(k, "k"), tensor<4>(v, "v")};
         const xt::xtensor<double, 4> g = tensor<4>(d_out, "d_out");
@@ -334,7 +339,7 @@ PYBIND11_MODULE(_core, m) {
   // of q, k, v rounded to `precision` when one is given.
   m.def(
       "ground_truth",
-      [](const Array& q, const Array& k, const Array& v, std::optional<std::string> precision, const py::kwargs& kw) {
+      [](const py::array& q, const py::array& k, const py::array& v, std::optional<std::string> precision, const py::kwargs& kw) {
         attn::Inputs<double> in{tensor<4>(q, "q"), tensor<4>(k, "k"), tensor<4>(v, "v")};
         attn::Options opt = options_of(heads_of(q), kw);
         opt.need_lse = opt.need_weights = true;

@@ -60,6 +60,17 @@ def test_api():
     verdict = al.check(r)
     record(r.out.shape == (2, 3, 37, 16) and r.lse.shape == (2, 3, 37) and verdict.passed and verdict.informative
            and "PASS" in repr(verdict) and verdict.truth == "mp50", f"attend + check, bf16 GQA causal: {verdict!r}")
+    # Any real dtype and strides, converted once by the extension: a float32 view with negative and
+    # transposed strides gives what its contiguous float64 copy gives, bit for bit; an int array too.
+    base = rng.standard_normal((2, 3, 16, 37)).astype(np.float32)
+    view = np.swapaxes(base, 2, 3)[:, :, ::-1]  # [2, 3, 37, 16], neither C- nor F-contiguous
+    strided = al.attend(view, view, view, backend="streaming", causal=True).out
+    dense = al.attend(*(np.ascontiguousarray(view, dtype=np.float64),) * 3, backend="streaming", causal=True).out
+    ints = al.attend(*(np.arange(48).reshape(6, 8) % 5,) * 3, backend="naive", precision="fp64").out
+    record(np.array_equal(strided, dense) and not view.flags.c_contiguous and ints.shape == (6, 8)
+           and np.isfinite(ints).all(), "strided float32 and int inputs: converted once, results as contiguous "
+           "float64's")
+
     # The same as the CLI's output on the same inputs.
     with tempfile.TemporaryDirectory() as work:
         for name, t in (("q", q), ("k", k), ("v", v)):
