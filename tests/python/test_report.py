@@ -164,11 +164,20 @@ class ReportTest(unittest.TestCase):
                     bench["benchmarks"][-1].update(peak_heap_bytes=1000, workspace_model_bytes=1000)
             bench["benchmarks"].append({"name": f"attn_h8/{b}/fp32/causal:0/threads:1/n:{n}/d:{d}_mean",
                                         "run_type": "aggregate", "seconds_per_call": 1.0, "FLOP/s": 1.0})
+        # PyTorch's bf16 at 150 GFLOP/s, above the fp32 FMA peak (100) and under the bf16 dot product's (200):
+        # 75% of the bf16 peak, not an instrument error.
+        flops = 4 * 8 * n * n * 64
+        for i in range(9):
+            bench["benchmarks"].append({"name": f"attn_h8/torch-math/bf16/causal:0/threads:1/n:{n}/d:64",
+                                        "run_type": "iteration", "repetition_index": i,
+                                        "seconds_per_call": flops / 150e9, "seconds_median": flops / 150e9,
+                                        "FLOP/s": 150e9})
         with open(os.path.join(self.data, "bench.json"), "w") as f:
             json.dump(bench, f)
         with open(os.path.join(self.data, "peak.json")) as f:
             peak = json.load(f)
         peak["instrument_errors"] = ["sgemm n = 2048 120.0 GFLOP/s is above the fp32 FMA peak 100.0"]
+        peak["bf16_dot_gflops_core"], peak["bf16_dot_gflops_all"] = 200.0, 400.0
         with open(os.path.join(self.data, "peak.json"), "w") as f:
             json.dump(peak, f)
         final, readings = report.make_report(self.data, self.out, "test", stamp="peak")
@@ -188,6 +197,8 @@ class ReportTest(unittest.TestCase):
         self.assertTrue(row.endswith("| >= 1.25x | within noise |"), row)
         self.assertIn(f"| torch-math | fp32 | 0 | 1 | 128 | {4 * 8 * n * n * 128 / 50e6:.1f} | 50.0 | 45.5 ... 55.6 | "
                       "50% |", text)
+        self.assertIn(f"| torch-math | bf16 | 0 | 1 | 64 | {1e3 * flops / 150e9:.1f} | 150.0 | 150.0 ... 150.0 | 75% |",
+                      text)
         self.assertIn("Each benchmark took 9 samples", text)
         self.assertIn("their speed beside streaming is in [plugins](plugins.md)", text)
         self.assertNotIn("120%", text)

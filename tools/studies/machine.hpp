@@ -4,6 +4,7 @@
 // taken from a datasheet.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@ namespace attn {
 struct MachinePeak {
   double fp32_fma_gflops_core = 0, fp32_fma_gflops_all = 0;
   double fp64_fma_gflops_core = 0, fp64_fma_gflops_all = 0;
+  // AVX512_BF16's dot product (bf16 products accumulated in fp32); none without the instruction.
+  std::optional<double> bf16_dot_gflops_core, bf16_dot_gflops_all;
   double sgemm_gflops_1024 = 0, sgemm_gflops_2048 = 0;  // one thread
   double dgemm_gflops_1024 = 0, dgemm_gflops_2048 = 0;
   // The two GEMMs of one attention head at n = 4096 (S = Q K^T, then O = P V,

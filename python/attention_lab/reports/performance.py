@@ -3,7 +3,7 @@
 import matplotlib.pyplot as plt
 
 from attention_lab import stats
-from attention_lab.reports.common import ReportError, Targets, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, savefig, scaled, time_ratio
+from attention_lab.reports.common import ReportError, Targets, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, precision_peak, rate_estimate, savefig, scaled, time_ratio
 
 
 def performance_report(rows, peak, bench, folder):
@@ -106,7 +106,7 @@ def performance_report(rows, peak, bench, folder):
         target(f"{fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
                hi / lo if lo else None, f"independent of n (<= {bound['memory_independent_of_n']['max']:.2f}x)", ratio,
                lambda v: v <= bound["memory_independent_of_n"]["max"])
-    bwd_lines = backward_performance(rows, fused, fp32_peak, target, peers)  # its targets join the table below
+    bwd_lines = backward_performance(rows, fused, peak, target, peers)  # its targets join the table below
     counts = sorted({len(r["samples"]) for r in h8.values()})
     sampling = bench["context"].get("adaptive_sampling", "off")
     lines += ["## Performance targets, B = 1, H = 8, n = 4096", "",
@@ -122,13 +122,16 @@ def performance_report(rows, peak, bench, folder):
               "figures are deterministic (one allocation count), without interval.", ""]
     lines += target.table()
     lines += ["", "## Fraction of peak, every attn_h8 run", "",
-              "| backend | precision | causal | threads | d | ms per call (median) | GFLOP/s | 95% interval | of fp32 "
-              "peak (threads x 1-thread) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "Peak: the fp32 FMA peak, and for bf16 the bf16 dot product's where the CPU has AVX512_BF16"
+              + (f" ({peak['bf16_dot_gflops_core']:.1f} GFLOP/s on one thread here)" if peak.get("bf16_dot_gflops_core")
+                 else " (not this one)") + "; threads x the one-thread peak.", "",
+              "| backend | precision | causal | threads | d | ms per call (median) | GFLOP/s | 95% interval | of "
+              "peak |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for (b, p, c, t, d), r in sorted(h8.items()):
         e = rate_estimate(r)
         lines.append(f"| {b} | {p} | {c} | {t} | {d} | {1e3 * stats.median(r['samples']):.1f} | {e['value']:.1f} | "
                      + (f"{e['interval'][0]:.1f} ... {e['interval'][1]:.1f}" if e["interval"] else "none")
-                     + f" | {of_peak(e['value'], t * fp32_peak)} |")
+                     + f" | {of_peak(e['value'], precision_peak(peak, p, t))} |")
     if backends_with(bench, plugin=True):
         lines += ["", "Kernels loaded from plugins (PyTorch's among them) are timed beside these in the same run: "
                   "their speed beside " + fused + " is in [plugins](plugins.md)."]
@@ -154,7 +157,7 @@ def performance_report(rows, peak, bench, folder):
                                       + [f"INSTRUMENT ERROR (attn-lab peak): {e}" for e in peak.get("instrument_errors", [])])
 
 
-def backward_performance(rows, fused, fp32_peak, target, peers):
+def backward_performance(rows, fused, peak, target, peers):
     """The backward pass's targets (appended to the target table through `target`) and the table of every
     attn_bwd / attn_fwdbwd run. FLOPs: 2.5x the forward's (FlashAttention-2's count), 3.5x for forward + backward."""
     bwd = [r for r in rows if r["family"] in ("attn_bwd", "attn_fwdbwd")]
@@ -168,6 +171,7 @@ def backward_performance(rows, fused, fp32_peak, target, peers):
     pct = lambda v: f"{100 * v:.0f}%"
     ratio = lambda v: f"{v:.4f}x"
     bound = target_bounds()
+    fp32_peak = peak["fp32_fma_gflops_core"]
     for d in (128, 64):
         need = bound["backward_fraction_of_peak"]["min"][str(d)]
         target(f"backward: {fused} fp32, d = {d}, 1 thread: fraction of fp32 FMA peak (2.5x forward FLOPs)",
@@ -210,12 +214,12 @@ def backward_performance(rows, fused, fp32_peak, target, peers):
              "FLOPs counted as the FlashAttention-2 paper counts them: the backward is 2.5x the forward (five matrix "
              "products of 2 n_q n_kv d per head), forward + backward 3.5x; halved for causal. The backward's forward "
              "state (output, logsumexp) is prepared outside its timing.", "",
-             "| family | backend | precision | causal | threads | n | d | ms per call | GFLOP/s | of fp32 peak "
-             "(threads x 1-thread) | peak extra heap |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| family | backend | precision | causal | threads | n | d | ms per call | GFLOP/s | of peak (as "
+             "above) | peak extra heap |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(bwd, key=lambda r: (r["family"], r["backend"], r["precision"], r["causal"], r["threads"], r["n"],
                                         r["d"])):
         g = r["FLOP/s"] / 1e9
         lines.append(f"| {r['family']} | {r['backend']} | {r['precision']} | {r['causal']} | {r['threads']} | {r['n']} "
-                     f"| {r['d']} | {1e3 * r['seconds_per_call']:.1f} | {g:.1f} | {of_peak(g, r['threads'] * fp32_peak)}"
+                     f"| {r['d']} | {1e3 * r['seconds_per_call']:.1f} | {g:.1f} | {of_peak(g, precision_peak(peak, r['precision'], r['threads']))}"
                      f" | {fmt_bytes(r['peak_extra_heap_bytes'] or 0)} |")
     return lines
