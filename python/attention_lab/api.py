@@ -292,7 +292,7 @@ class BenchReport:
 
     def __repr__(self):
         head = (f"<attention_lab.BenchReport {self.shape}, {self.flops / 1e9:.3g} GFLOP per call"
-                + (f", peak {self.peak:.1f} GFLOP/s (attn-lab peak)" if self.peak else "") + ":")
+                + (f", peak {self.peak:.1f} GFLOP/s (attn-lab peak, {self.rows[0]['precision']})" if self.peak else "") + ":")
         lines = [head]
         from attention_lab import stats
         for r in self.rows:
@@ -313,8 +313,9 @@ def bench(q: Tensor, k: Tensor, v: Tensor, *, backends: Union[str, Sequence[str]
     backend in turn makes one cold call (fresh workspace) and repetitions / rounds warm calls reusing it, so
     that a drift of the machine falls on every backend alike; the warm calls are the samples. Returns a
     BenchReport: medians with 95% intervals, GFLOP/s (the FLOPs of Q K^T and P V, halved for causal), each
-    backend's time over the first's with a bootstrap interval, and with peak=True the one-thread fp32 FMA peak
-    that `attn-lab peak` measures (needs the checkout's build). For published figures use scripts/run, which
+    backend's time over the first's with a bootstrap interval, and with peak=True the peak `attn-lab peak`
+    measures (the fp32 FMA peak; for bf16 the bf16 dot product's where the CPU has one; threads x one
+    thread's). For published figures use scripts/run, which
     also records the machine and samples adaptively.
 
     >>> import numpy as np, attention_lab as al
@@ -350,15 +351,17 @@ def bench(q: Tensor, k: Tensor, v: Tensor, *, backends: Union[str, Sequence[str]
                      "interval": None if ci is None else ci[:2], "gflops": r.flops / stats.median(xs) / 1e9,
                      "cold_seconds": min(cold[b]), "ratio": ratio, "ratio_interval": ratio_interval})
     return BenchReport(rows, last[first].flops, "x".join(str(n) for n in qa.shape),
-                       _peak(options.get("threads", 1)) if peak else None)
+                       _peak(precision, options.get("threads", 1)) if peak else None)
 
 
-def _peak(threads):
-    """The fp32 FMA peak in GFLOP/s of one core (threads = 1) or of all, as `attn-lab peak --json` measures it."""
+def _peak(precision, threads):
+    """The peak in GFLOP/s a rate in `precision` on `threads` threads is a fraction of (runs.precision_peak: the
+    fp32 FMA peak, the bf16 dot product's for bf16 where the CPU has it), as `attn-lab peak --json` measures it."""
     import json
     import subprocess
+    from attention_lab import runs
     out = subprocess.run([_attn_lab("peak"), "peak", "--json"], capture_output=True, text=True, check=True).stdout
-    return float(json.loads(out)["fp32_fma_gflops_core" if threads == 1 else "fp32_fma_gflops_all"])
+    return float(runs.precision_peak(json.loads(out), precision, threads))
 
 
 def open_run(path: PathLike) -> Any:

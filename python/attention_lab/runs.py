@@ -52,6 +52,15 @@ def verdict_counts(points):
     return len(points) - failed - unin, failed, unin
 
 
+def precision_peak(peak, precision, threads=1):
+    """The measured peak a rate in `precision` is a fraction of: the bf16 dot product's (attn-lab peak's
+    bf16_dot_gflops_core: AVX512_BF16, bf16 products accumulated in fp32) for bf16 where the CPU has it, else
+    the fp32 FMA peak (every other precision's kernels compute in fp32 vectors, or fp64 at half its rate);
+    threads x the one-thread peak."""
+    bf16 = peak.get("bf16_dot_gflops_core")
+    return threads * (bf16 if precision == "bf16" and bf16 else peak["fp32_fma_gflops_core"])
+
+
 class Run:
     """One run: .path, .bench (Google Benchmark JSON), .peak/.build/.accuracy/.claims (None when absent),
     .samples {benchmark name: [seconds per call, its samples (bench_json.samples_of) over every repetition]},

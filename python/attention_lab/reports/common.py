@@ -155,15 +155,6 @@ def loglog_fits(folder, name, data, xlabel, ylabel, title):
     return savefig(fig, folder, name), fits
 
 
-def precision_peak(peak, precision, threads=1):
-    """The measured peak a rate in `precision` is a fraction of: the bf16 dot product's (attn-lab peak's
-    bf16_dot_gflops_core: AVX512_BF16, bf16 products accumulated in fp32) for bf16 where the CPU has it, else
-    the fp32 FMA peak (every other precision's kernels compute in fp32 vectors, or fp64 at half its rate);
-    threads x the one-thread peak."""
-    bf16 = peak.get("bf16_dot_gflops_core")
-    return threads * (bf16 if precision == "bf16" and bf16 else peak["fp32_fma_gflops_core"])
-
-
 def of_peak(gflops, peak_gflops):
     """A rate as a percentage of the peak it must stay under; a rate above it
     means the peak probe (the instrument) is wrong, and is said so instead of

@@ -3,7 +3,8 @@
 import matplotlib.pyplot as plt
 
 from attention_lab import stats
-from attention_lab.reports.common import ReportError, Targets, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, precision_peak, rate_estimate, savefig, scaled, time_ratio
+from attention_lab.reports.common import ReportError, Targets, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, savefig, scaled, time_ratio
+from attention_lab.runs import precision_peak
 
 
 def performance_report(rows, peak, bench, folder):
