@@ -26,8 +26,8 @@ def module_env(env=None):
     return env
 
 
-# Not one of them may be the name of a submodule (attention_lab.bench, .history): importing the submodule
-# would replace the function on the package (test_api checks).
+# None of them may be a submodule's name (history is one; bench_json was once called bench): importing the
+# submodule would replace the function on the package (test_api checks).
 _API = ("attend", "backward", "check", "ground_truth", "bench", "verify", "open_run", "compare_runs", "run_history",
         "append_history", "backends", "precisions", "load_plugin", "kernel", "Result", "BackwardResult", "Verdict",
         "VerifyReport", "BenchReport", "Counterexample")
