@@ -65,6 +65,7 @@ plugin cannot be used.
 
 examples:
   attn-lab verify --plugin build/plugins/libattn_example.so --profile smoke --out verdict
+  attn-lab verify --backend naive --profile smoke --out verdict-naive
 )",
     {"--plugin", "--backend", "--profile", "--out", "--worker", "--kernel", "--from"},
     {"--force"},

@@ -95,11 +95,12 @@ std::optional<double> bf16_dot_gflops_one_thread() {
   return 64.0 * 30 * double(iters) / seconds / 1e9;
 }
 #else
+bool has_bf16_dot() { return false; }
 std::optional<double> bf16_dot_gflops_one_thread() { return std::nullopt; }
 #endif
 
 std::optional<double> bf16_dot_gflops_all(unsigned cores) {
-  if (!bf16_dot_gflops_one_thread()) return std::nullopt;
+  if (!has_bf16_dot()) return std::nullopt;
   std::vector<double> rates(cores);
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < cores; ++t) threads.emplace_back([&, t] { rates[t] = *bf16_dot_gflops_one_thread(); });
