@@ -545,11 +545,12 @@ def verify(kernel: Union[Callable[..., Any], str], *, profile: str = "smoke", ou
     replayable = True
     if callable(kernel):
         import cloudpickle
-        if not isinstance(getattr(kernel, "attn_kernel", None), dict):
+        if not isinstance(getattr(kernel, "attn_kernel", None), dict):  # declared on a wrapper, not on the caller's
             name = "".join(c if c.isalnum() or c in "-_" else "-" for c in getattr(kernel, "__name__", "kernel"))
+            user = kernel
             kernel = bridge.kernel(name=name if name.strip("-") and name != "-lambda-" else "python-kernel",
-                                   description=(kernel.__doc__ or "a Python function").strip().splitlines()[0],
-                                   storage={"fp32": "fp32"})(kernel)
+                                   description=((user.__doc__ or "").strip().splitlines() or ["a Python function"])[0],
+                                   storage={"fp32": "fp32"})(lambda q, k, v, **options: user(q, k, v, **options))
         kernels = os.path.join(folder, "kernel")
         os.makedirs(kernels, exist_ok=True)
         path = os.path.join(kernels, "kernel.pkl")

@@ -191,6 +191,13 @@ def test_api():
         record(not report.passed and "FAIL" in repr(report) and failed_again and fixed.passed,
                f"verify, {name}: {report!r}; its counterexample {cx!r} fails again here ({again!r}) and the right "
                f"kernel passes it ({fixed!r})")
+    def undeclared(q, k, v, *, scale, **options):
+        """   """
+        return attention(q, k, v, scale, False)
+    plain = al.verify(undeclared, quiet=True)
+    record(plain.passed and not hasattr(undeclared, "attn_kernel") and plain.fields["kernels"][0]["name"] ==
+           "undeclared", f"verify of an undeclared function (blank docstring; the function itself left as it was): "
+           f"{plain!r}")
     ok, message = raises(lambda: al.verify("nope", quiet=True), ValueError, "unknown backend", "nope")
     record(ok, f"verify of an unknown backend: {message}")
 
