@@ -88,7 +88,7 @@ void expect_power(const Case& k) {
   // row's probabilistic bound is the smaller, it bounds a correct result's
   // own error (in bf16 with fp32 accumulation, essentially the output's one
   // rounding to storage) and 1x more on top is rightly flagged.
-  const ErrorBounds bounds = error_bounds(r.rounded_inputs, k.opt, r.u_acc, r.u_store);
+  const ErrorBounds bounds = error_bounds(r.rounded_inputs, k.opt, r.u_acc, r.u_store, r.kernel);
   std::vector<char> rule_decides(err.size());
   std::size_t rule_rows = 0;
   for (std::size_t i = 0; i < err.size(); ++i)
@@ -245,8 +245,13 @@ TEST(Criteria, TheDistributionVerdictSeesBeneathTheOutputsRounding) {
           << what << ": an internal error of 4x the allowance (" << 4 * allowed << " ulps) passes, ratio "
           << four.distribution.ratio;
       EXPECT_FALSE(four.tight_within) << what;
-      EXPECT_TRUE(four.out_tight.within()) << what << ": the per-row verdict alone flags it (row "
-                                           << four.out_tight.row << ", " << four.out_tight.ratio << ")";
+      // Beneath the rounding only where the kernel's own noise is: a kernel that rounds the weights
+      // to bf16 before P V (KernelRounding: the avx512bf16 variant's bf16 dot products) has an
+      // internal error of a tenth of an ulp and an allowance near one, which the per-row verdict
+      // already sees; there the distribution verdict is the looser one (the table's "flags from").
+      if (r.kernel == KernelRounding{})
+        EXPECT_TRUE(four.out_tight.within()) << what << ": the per-row verdict alone flags it (row "
+                                             << four.out_tight.row << ", " << four.out_tight.ratio << ")";
       double flags = NAN, per_row = NAN;  // (swept for the fused backend only: each step is a verify())
       for (double kappa = 1e-4; b.name == fused_backend().name && kappa < 64 && (std::isnan(flags) || std::isnan(per_row));
            kappa *= 2) {

@@ -94,6 +94,9 @@ BASELINE = next(b["name"] for b in REGISTRY["backends"] if b["traits"]["baseline
 FUSED = next(b["name"] for b in REGISTRY["backends"] if b["traits"]["own_threads"]
              and b["traits"]["memory_independent_of_n"])
 PRECISIONS = {p["name"]: p for p in REGISTRY["precisions"]}
+# The vector kernels in use compute the fused backend's bf16 tiles with bf16 dot products (the avx512bf16
+# variant): its weights are rounded to bf16 before P V (docs/verification.md, "Error bounds").
+BF16_DOT = any(v["id"] == REGISTRY["simd"]["in_use"] and v.get("bf16_dot") for v in REGISTRY["simd"]["variants"])
 
 
 def representable(x, precision):
@@ -122,13 +125,14 @@ def attention_ld(q, k, v, scale, bias):
         return softmax_ld(s) @ v.astype(LD)
 
 
-def attention_bound(q, k, v, scale, bias, eq, ek, ev, u_acc, u_out):
+def attention_bound(q, k, v, scale, bias, eq, ek, ev, u_acc, u_out, u_weights=0.0):
     """First-order worst-case bound on |computed - exact| of each output
     element, given elementwise bounds eq, ek, ev on the inputs' errors, for
     an evaluation in unit roundoff u_acc rounded to u_out at the end:
       scores  |dS| <= |scale| (eq|K|^T + |Q|ek^T + eq ek^T) + gamma_{d_k+2}(u_acc) (|scale||Q||K|^T + |bias|)
       weights |dp_ij| <= p_ij (expm1(2 max_j |dS_ij|) + gamma_{n_kv+8}(u_acc))   (max shift, exp, sum, divide)
-      output  |dO| <= |dp||V| + p ev + gamma_{n_kv}(u_acc) p|V| + u_out |O|."""
+      output  |dO| <= |dp||V| + p ev + (gamma_{n_kv}(u_acc) + u_weights) p|V| + u_out |O|
+    (u_weights: the weights rounded to that unit roundoff before P V, by a kernel that does so)."""
     a = abs(scale)
     ds = a * (eq @ np.swapaxes(abs(k), -1, -2) + abs(q) @ np.swapaxes(ek, -1, -2) + eq @ np.swapaxes(ek, -1, -2))
     finite = np.isfinite(bias)
@@ -140,7 +144,7 @@ def attention_bound(q, k, v, scale, bias, eq, ek, ev, u_acc, u_out):
     p = np.nan_to_num(p)
     dp = p * (np.expm1(2 * np.max(ds, axis=-1, keepdims=True)) + gamma(n + 8, u_acc))
     out = p @ v
-    return dp @ abs(v) + p @ ev + gamma(n, u_acc) * (p @ abs(v)) + u_out * abs(out)
+    return dp @ abs(v) + p @ ev + (gamma(n, u_acc) + u_weights) * (p @ abs(v)) + u_out * abs(out)
 
 
 CHECKS = Checks()
@@ -268,7 +272,10 @@ def check_attend():
                     baseline = torch_err if backend == BASELINE and precision == "fp64" else naive_err
                     if backend == BASELINE and precision != "fp64":
                         baseline = float(np.max(b_ours[valid]))  # no same-precision baseline of its own
-                    verdicts(f"attend {name} {backend} {precision}", o, torch64, truth, b_ours, b_torch, baseline,
+                    bound = b_ours
+                    if BF16_DOT and backend == FUSED and precision == "bf16":
+                        bound = attention_bound(q, k, v, scale, add, zero(q), zero(k), zero(v), u_acc, u_s, u_weights=u_s)
+                    verdicts(f"attend {name} {backend} {precision}", o, torch64, truth, bound, b_torch, baseline,
                              u_s, valid)
                 ATTEND_LOG.append((name, precision, naive_err, torch_err))
 

@@ -33,7 +33,8 @@ int run(const Args& args) {
                                        {"micro_kernel", std::to_string(v.kernels->mr) + " x " +
                                                             std::to_string(v.kernels->nv) + " vectors"},
                                        {"block_q", v.kernels->block_q},
-                                       {"block_k", v.kernels->block_k}});
+                                       {"block_k", v.kernels->block_k},
+                                       {"bf16_dot", v.kernels->gemm_bf16 != nullptr}});
     print_json(j);
     return 0;
   }
@@ -57,10 +58,10 @@ int run(const Args& args) {
   std::printf("BLAS: %s\n", blas_info().c_str());
   std::printf("vector kernels: %s\n", simd_summary().c_str());
   for (const SimdVariant& v : simd_variants())
-    std::printf("  %-9s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu: %s\n",
+    std::printf("  %-10s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu%s: %s\n",
                 std::string(v.kernels->id).c_str(), std::string(v.kernels->arch).c_str(), v.kernels->vector_bytes,
                 v.kernels->registers, v.kernels->mr, v.kernels->nv, v.kernels->block_q, v.kernels->block_k,
-                v.executable ? "runs here" : ("not on this CPU (needs " + v.requires_ + ")").c_str());
+                v.kernels->gemm_bf16 ? ", bf16 dot products" : "", v.executable ? "runs here" : ("not on this CPU (needs " + v.requires_ + ")").c_str());
   return 0;
 }
 
@@ -77,7 +78,7 @@ extern const Command list_command = {
             simd (the vector kernel variant in use and every compiled one: instruction set,
             whether this CPU runs it, micro-kernel block, streaming tiles)
 The vector kernels are compiled for several instruction sets and chosen at run time: the
-widest this CPU executes, or the one ATTN_SIMD names (baseline, avx2, avx512).
+widest this CPU executes, or the one ATTN_SIMD names (baseline, avx2, avx512, avx512bf16).
 
 examples:
   attn-lab list

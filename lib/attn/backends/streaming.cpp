@@ -1,5 +1,7 @@
 #include "attn/backends/streaming.hpp"
 
+#include <cstring>
+
 #include <xsimd/xsimd.hpp>
 
 #include "attn/backends/kernels.hpp"
@@ -50,6 +52,19 @@ struct Tiles {
     if constexpr (micro) detail::tile_gemm_packed(p, cols, v, o, d_v, rows, d_v, cols, 1.0f, true);
     else detail::pv_tile<A>(p, v, o, rows, cols, d_v, true);
   }
+
+  // bf16 storage with fp32 accumulation where the CPU has AVX512_BF16 (the
+  // avx512bf16 variant): the forward's Q K^T and P~ V as bf16 dot products
+  // (simd.hpp's gemm_bf16) on Q, K and V as stored, P~ rounded to bf16 first
+  // (as PyTorch's and FlashAttention's bf16 kernels do): no widening, twice
+  // the products per instruction. Its arithmetic (Result::rounding) is in the
+  // bounds (verify/metrics.hpp).
+  static bool dot_bf16() {
+    if constexpr (micro && std::is_same_v<S, bf16>) return attn::simd().gemm_bf16 != nullptr;
+    else return false;
+  }
+  static constexpr KernelRounding dot_bf16_rounding{.u_weights = precision_traits<bf16>::unit_roundoff,
+                                                    .flushes_subnormals = true};
 
   // A block of one query position (a decode step: its stacked heads' rows)
   // with fp32 accumulation of fp32, bf16 or fp16 storage reads K and V in
@@ -116,7 +131,8 @@ template <class S, class A>
 std::size_t worker_bytes(const Shape& s, std::size_t rows, std::size_t b_c) {
   return piece_bytes<A>(rows * b_c) + piece_bytes<A>(rows * s.d_v) + (is_native_float<A> ? 2 : 3) * piece_bytes<A>(rows) +
          piece_bytes<A>(rows > 1 && Tiles<S, A>::micro && s.group() > 1 ? rows * s.d_k : widen_count<A, S>(rows * s.d_k)) +
-         piece_bytes<A>(Tiles<S, A>::k_count(b_c, s.d_k)) + piece_bytes<A>(Tiles<S, A>::v_count(b_c, s.d_v));
+         piece_bytes<A>(Tiles<S, A>::k_count(b_c, s.d_k)) + piece_bytes<A>(Tiles<S, A>::v_count(b_c, s.d_v)) +
+         (Tiles<S, A>::dot_bf16() ? piece_bytes<A>(rows * ((b_c + 1) / 2)) : 0);  // P~ as bf16 pairs
 }
 
 // The partials of split-KV: per item, its rows' O / l and (m, l).
@@ -134,6 +150,7 @@ std::size_t streaming_bytes(const Shape& s, const Options& opt, std::size_t bloc
 template <class A>
 struct Scratch {
   A *S_ij, *O_i, *m_i, *l_i, *c_i, *q_buf, *k_buf, *v_buf;
+  std::uint32_t* p_pairs;  // P~ rounded to bf16 pairs (Tiles::dot_bf16), else null
 };
 
 template <class S, class A>
@@ -159,6 +176,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     w.q_buf = arena.take<A>(R > 1 && T::micro && sh.group() > 1 ? R * d_k : widen_count<A, S>(R * d_k));  // the block's rows of Q
     w.k_buf = arena.take<A>(T::k_count(B_c, d_k));
     w.v_buf = arena.take<A>(T::v_count(B_c, d_v));
+    w.p_pairs = T::dot_bf16() ? reinterpret_cast<std::uint32_t*>(arena.take<A>(R * ((B_c + 1) / 2))) : nullptr;
   }
   // split-KV partials of item x: O / l at part_o + x R d_v, m and l at part_m, part_l + x R
   A* part_o = p.splits > 1 ? arena.take<A>(p.items * R * d_v) : nullptr;
@@ -166,6 +184,13 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   A* part_l = p.splits > 1 ? arena.take<A>(p.items * R) : nullptr;
 
   Result<S> r = allocate_result<S>(Streaming::name, sh, opt, bytes, /*lse_always=*/opt.need_weights);
+  // The bf16 dot products: Q, K and V as pairs of bf16 (q_buf, k_buf, v_buf
+  // hold them as 32-bit words; each holds at least as many words as the
+  // floats it holds otherwise), d_k / 2 pairs per row of Q and K.
+  const bool dot16 = T::dot_bf16();
+  const std::size_t dp = (d_k + 1) / 2;
+  if (dot16) r.rounding = T::dot_bf16_rounding;
+  auto words = [](A* p) { return reinterpret_cast<std::uint32_t*>(p); };
 
   const MaskView mask(opt, sh);
   const A scale = convert<A>(opt.resolved_scale(sh));
@@ -199,6 +224,15 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 
   // The block's rows of Q in A: the input itself when it is one head's rows in A.
   auto load_q = [&](const Block& blk, A* q_buf) -> const A* {
+    if (dot16 && !decoding(blk)) {  // rows of d_k bf16 values as dp pairs, 0 past d_k (a decode step reads fp32)
+      if constexpr (T::micro && std::is_same_v<S, bf16>)
+        for (std::size_t r_ = 0; r_ < blk.positions * g; ++r_) {
+          std::uint32_t* dst = words(q_buf) + r_ * dp;
+          dst[dp - 1] = 0;
+          std::memcpy(dst, &in.q(blk.b, head_of(blk, r_), query_of(blk, r_), 0), d_k * sizeof(bf16));
+        }
+      return q_buf;
+    }
     if (g == 1) return as_accumulate(&in.q(blk.b, blk.h0, blk.i0, 0), blk.positions * d_k, q_buf);
     for (std::size_t r_ = 0; r_ < blk.positions * g; ++r_) {
       const S* src = &in.q(blk.b, head_of(blk, r_), query_of(blk, r_), 0);
@@ -221,6 +255,13 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         if constexpr (T::decode_capable)
           T::decode_scores(Q_i + rs.first * d_k, rs.size(), &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale,
                            w.S_ij + rs.first * cols, &in.v(blk.b, blk.hk, j0, 0), d_v);
+      } else if (dot16) {
+        if constexpr (T::micro && std::is_same_v<S, bf16>) {
+          const SimdKernels& v = attn::simd();
+          v.pack_keys_bf16(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, words(w.k_buf));
+          v.gemm_bf16(reinterpret_cast<const std::uint32_t*>(Q_i) + rs.first * dp, dp, words(w.k_buf),
+                      w.S_ij + rs.first * cols, cols, rs.size(), cols, dp, scale, false);
+        }
       } else {
         const A* K_j = T::load_k(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, w.k_buf);
         T::scores(Q_i + rs.first * d_k, K_j, w.S_ij + rs.first * cols, rs.size(), cols, d_k, scale);
@@ -234,7 +275,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   // Item x: split x % splits of block x / splits.
   auto run_item = [&](std::size_t x, std::size_t worker) {
     const Scratch<A>& w = scratch[worker];
-    const auto [S_ij, O_i, m_i, l_i, c_i, q_buf, k_buf, v_buf] = w;
+    const auto [S_ij, O_i, m_i, l_i, c_i, q_buf, k_buf, v_buf, p_pairs] = w;
     const Block blk = block_of(x / p.splits);
     const std::size_t split = x % p.splits, rows = blk.positions * g;
     const A* Q_i = load_q(blk, q_buf);
@@ -288,6 +329,15 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       if (decoding(blk)) {
         if constexpr (T::decode_capable)
           T::decode_pv(S_ij + rs.first * cols, rs.size(), &in.v(blk.b, blk.hk, j0, 0), cols, d_v, O_i + rs.first * d_v);
+      } else if (dot16) {  // P~ rounded to bf16 pairs, then bf16 dot products with V's pairs
+        if constexpr (T::micro && std::is_same_v<S, bf16>) {
+          const SimdKernels& v = attn::simd();
+          const std::size_t cp = (cols + 1) / 2;
+          v.pairs_bf16(S_ij + rs.first * cols, rs.size(), cols, cols, p_pairs + rs.first * cp, cp);
+          v.pack_values_bf16(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, words(v_buf));
+          v.gemm_bf16(p_pairs + rs.first * cp, cp, words(v_buf), O_i + rs.first * d_v, d_v, rs.size(), d_v, cp, 1.0f,
+                      true);
+        }
       } else {
         T::pv(S_ij + rs.first * cols, T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
               rs.size(), cols, d_v);

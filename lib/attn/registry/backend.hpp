@@ -13,12 +13,28 @@
 
 namespace attn {
 
+// What a call's arithmetic does beyond its precision's and policy's model
+// (storage rounding, accumulation in u_acc), reported by the backend for the
+// call that ran; the bounds take it (verify/metrics.hpp). The default is the
+// model itself.
+struct KernelRounding {
+  // The unit roundoff the weights were rounded to before P V, when narrower
+  // than the accumulation (the bf16 dot-product kernels round P~ to bf16); 0:
+  // kept in the accumulation type.
+  double u_weights = 0;
+  // Subnormal operands and results of the tile products flushed to zero (the
+  // bf16 dot-product instruction does, whatever MXCSR says).
+  bool flushes_subnormals = false;
+  bool operator==(const KernelRounding&) const = default;
+};
+
 template <class S>
 struct Result {
   xt::xtensor<S, 4> out;                          // [B, H, n_q, d_v]
   std::optional<xt::xtensor<double, 4>> weights;  // [B, H, n_q, n_kv] if need_weights
   std::optional<xt::xtensor<double, 3>> lse;      // [B, H, n_q] if need_lse; -inf on masked rows
   std::size_t workspace_bytes = 0;                // scratch the backend allocated for the call
+  KernelRounding rounding;                        // of the call's arithmetic (default: the model's)
 };
 
 // The gradients of a scalar loss L through O = attention(Q, K, V), given the

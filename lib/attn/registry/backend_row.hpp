@@ -61,6 +61,7 @@ class TypedCall final : public PreparedCall {
   std::optional<xt::xtensor<double, 4>> weights() const override { return last_.weights; }
   std::optional<xt::xtensor<double, 3>> lse() const override { return last_.lse; }
   std::size_t workspace_bytes() const override { return last_.workspace_bytes; }
+  KernelRounding rounding() const override { return last_.rounding; }
   bool out_finite() const override {
     for (const S& x : last_.out)
       if (!std::isfinite(static_cast<double>(x))) return false;

@@ -122,7 +122,7 @@ namespace {
 // it 1e7-fold: math's fp32 dK of a key whose weights were all below
 // FLT_MIN erred by 2.6e-38).
 void describe_rounding(RunReport& r, const PrecisionInfo& p, Accumulate acc, const BackendTraits& traits,
-                       double u_acc) {
+                       double u_acc, const KernelRounding& kernel) {
   r.u_acc = u_acc;
   r.u_store = p.unit_roundoff;
   const double sub = accumulation_min_subnormal(p, acc);
@@ -131,6 +131,14 @@ void describe_rounding(RunReport& r, const PrecisionInfo& p, Accumulate acc, con
   const double flush = sub == precision_traits<double>::min_subnormal ? std::numeric_limits<double>::min()
                                                                       : std::numeric_limits<float>::min();
   r.eta_weight = traits.exact ? 0.0 : std::max(r.eta_acc, flush);
+  // A kernel that flushes subnormals (the bf16 dot product) errs by up to
+  // the smallest normal float, not half a subnormal spacing, wherever a
+  // product or partial sum underflows.
+  r.kernel = kernel;
+  if (kernel.flushes_subnormals) {
+    r.eta_acc = std::max(r.eta_acc, double(std::numeric_limits<float>::min()));
+    r.eta_weight = std::max(r.eta_weight, r.eta_acc);
+  }
   r.precision = p.name;
   r.accumulate = acc;
   r.traits = traits;
@@ -200,14 +208,14 @@ RunReport BackendInfo::run(std::string_view precision, Accumulate acc, const Inp
     call->call();
     report.warm_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
   }
-  describe_rounding(report, p, acc, traits, unit_roundoff(p, acc));
+  describe_rounding(report, p, acc, traits, unit_roundoff(p, acc), call->rounding());
   return report;
 }
 
 RunReport judged_as(RunReport r, Accumulate acc) {
   const PrecisionInfo& p = precision_info(r.precision);
   const BackendTraits traits = r.traits;
-  describe_rounding(r, p, acc, traits, unit_roundoff_of(traits, p, acc));
+  describe_rounding(r, p, acc, traits, unit_roundoff_of(traits, p, acc), r.kernel);
   return r;
 }
 
@@ -224,7 +232,7 @@ BackwardReport BackendInfo::run_backward(std::string_view precision, Accumulate 
   fwd.out = call->out();
   fwd.lse = call->lse();
   fwd.workspace_bytes = call->workspace_bytes();
-  describe_rounding(fwd, p, acc, traits, unit_roundoff(p, acc));
+  describe_rounding(fwd, p, acc, traits, unit_roundoff(p, acc), call->rounding());
   report.rounded_d_out = call->rounded_d_out();
   if (obs.before) obs.before();
   const auto t0 = std::chrono::steady_clock::now();

@@ -75,6 +75,8 @@ class PreparedCall {
   virtual std::optional<xt::xtensor<double, 3>> lse() const = 0;
   virtual std::size_t workspace_bytes() const = 0;  // what the last call took from its workspace
   virtual bool out_finite() const = 0;
+  // The last call's arithmetic beyond the model (backend.hpp); the model itself unless a backend says.
+  virtual KernelRounding rounding() const { return {}; }
 
   // The backward pass, for backends that have one (BackendInfo::has_backward;
   // the others throw Error). prepare_backward rounds the upstream gradient
@@ -106,6 +108,9 @@ struct RunReport {
   // A weight's absolute error where it underflows: the smallest normal number
   // of the type the vector exp computes in (it flushes below it), or eta_acc.
   double eta_weight = 0;
+  // What the call's arithmetic did beyond that model (backend.hpp): weights rounded to u_weights before
+  // P V, subnormals flushed (then eta_acc and eta_weight are FLT_MIN); the bounds take it.
+  KernelRounding kernel;
   std::string_view precision;        // the storage precision's name
   Accumulate accumulate = Accumulate::fp64;
   BackendTraits traits;              // of the backend that ran

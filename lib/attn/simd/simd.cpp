@@ -14,6 +14,9 @@ extern const SimdKernels kernels_avx2;
 #if defined(ATTN_SIMD_AVX512)
 extern const SimdKernels kernels_avx512;
 #endif
+#if defined(ATTN_SIMD_AVX512BF16)
+extern const SimdKernels kernels_avx512bf16;
+#endif
 }  // namespace simd_kernels
 
 namespace {
@@ -36,6 +39,7 @@ bool cpu_supports(std::string_view features) {
     else if (f == "avx512bw") ok = __builtin_cpu_supports("avx512bw");
     else if (f == "avx512dq") ok = __builtin_cpu_supports("avx512dq");
     else if (f == "avx512vl") ok = __builtin_cpu_supports("avx512vl");
+    else if (f == "avx512bf16") ok = __builtin_cpu_supports("avx512bf16");
     else if (f == "sse4.2") ok = __builtin_cpu_supports("sse4.2");
     else if (f == "popcnt") ok = __builtin_cpu_supports("popcnt");
     else if (f == "avx") ok = __builtin_cpu_supports("avx");
@@ -62,6 +66,9 @@ std::vector<SimdVariant> detect() {
     const bool ok = cpu_supports(features);
     v.push_back({&k, ok, std::move(features)});
   };
+#if defined(ATTN_SIMD_AVX512BF16)
+  add(simd_kernels::kernels_avx512bf16, "avx512f avx512bw avx512dq avx512vl avx512bf16 fma f16c");
+#endif
 #if defined(ATTN_SIMD_AVX512)
   add(simd_kernels::kernels_avx512, "avx512f avx512bw avx512dq avx512vl fma f16c");
 #endif

@@ -6,6 +6,8 @@
 //             FMA; -Dnative=true: this CPU)
 //   avx2      -mavx2 -mfma -mf16c                 (x86-64 only)
 //   avx512    + -mavx512f/bw/dq/vl                 (x86-64 only)
+//   avx512bf16 + -mavx512bf16: the avx512 kernels plus bf16 dot products
+//             (vdpbf16ps) for bf16 storage's Q K^T and P V (x86-64 only)
 // ATTN_SIMD=<id> forces a variant (tests run the properties on each one the
 // CPU executes); an unknown id, or one this CPU cannot execute, is an Error.
 // Only these kernels are compiled per target; everything else in the
@@ -13,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,7 +25,7 @@
 namespace attn {
 
 struct SimdKernels {
-  std::string_view id;    // baseline, avx2, avx512: what ATTN_SIMD takes
+  std::string_view id;    // baseline, avx2, avx512, avx512bf16: what ATTN_SIMD takes
   std::string_view arch;  // xsimd's name of the instruction set compiled for
   std::size_t vector_bytes = 0;  // one vector register
   std::size_t registers = 0;     // vector registers the target has
@@ -82,6 +85,30 @@ struct SimdKernels {
   // value that depends on every chain, so nothing is optimised away.
   double (*fma_chains_f32)(long iters) = nullptr;
   double (*fma_chains_f64)(long iters) = nullptr;
+
+  // bf16 dot products (the avx512bf16 variant, AVX512_BF16's vdpbf16ps;
+  // null in every other variant). Operands are pairs of bf16 values, one
+  // 32-bit word each (low half first), padded with 0:
+  //   pack_keys_bf16:   K [rows, d] as B = K^T in panels of `panel` keys,
+  //                     panel j0 at out + j0 ceil(d/2): row p holds the keys'
+  //                     pairs (K[j, 2p], K[j, 2p + 1])
+  //   pack_values_bf16: V [rows, d_v] as B in panels of `panel` columns, panel
+  //                     c0 at out + c0 ceil(rows/2): row q holds the pairs
+  //                     (V[2q, c], V[2q + 1, c])
+  //   pairs_bf16:       m rows of fp32 x [., n] (rows ldx apart) rounded to
+  //                     bf16 (nearest even, subnormals flushed) as ceil(n/2)
+  //                     pairs, out's rows ld words apart
+  //   gemm_bf16:        C[m, n] = alpha A B (+ C when accumulate), A m rows of
+  //                     kp pairs (lda words apart), B packed as above; each C
+  //                     element one chain of dot-product steps over the pairs
+  //                     in order (exact products, rounded additions, subnormals
+  //                     flushed), then scaled once by alpha
+  void (*pack_keys_bf16)(const bf16* src, std::size_t rows, std::size_t d, std::uint32_t* out) = nullptr;
+  void (*pack_values_bf16)(const bf16* src, std::size_t rows, std::size_t d_v, std::uint32_t* out) = nullptr;
+  void (*pairs_bf16)(const float* x, std::size_t m, std::size_t n, std::size_t ldx, std::uint32_t* out,
+                     std::size_t ld) = nullptr;
+  void (*gemm_bf16)(const std::uint32_t* a, std::size_t lda, const std::uint32_t* bp, float* c, std::size_t ldc,
+                    std::size_t m, std::size_t n, std::size_t kp, float alpha, bool accumulate) = nullptr;
 
   std::size_t lanes_f32() const { return vector_bytes / 4; }
   std::size_t lanes_f64() const { return vector_bytes / 8; }

@@ -218,6 +218,7 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
             // row) is kept non-negative and is far below u_acc's scale
             const double scores = std::max(0.0, a2v2[x] - 2 * oc * a2v[x] + oc * oc * a2_sum[r]);
             row.noise = std::max(row.noise, std::sqrt(w2v2[x] + scores));
+            row.term_noise = std::max(row.term_noise, std::sqrt(w2v2[x]));
           }
         }
       }
@@ -231,18 +232,39 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
   return m;
 }
 
+// What a kernel's arithmetic adds (KernelRounding, metrics.hpp): the
+// weights' rounding before P V, and the scores' absolute error from flushed
+// subnormals: a product q_l k_l with an operand below FLT_MIN flushed errs by
+// less than FLT_MIN times the other operand, a partial sum below it by less
+// than FLT_MIN: |scale| d_k FLT_MIN (max|Q| + max|K| + 1).
+struct KernelTerms {
+  double u_weights = 0, ds_flush = 0;
+};
+KernelTerms kernel_terms(const Inputs<double>& in, const Options& opt, const KernelRounding& k) {
+  KernelTerms t{k.u_weights, 0.0};
+  if (k.flushes_subnormals) {
+    double max_q = 0, max_k = 0;
+    for (double x : in.q) max_q = std::max(max_q, std::fabs(x));
+    for (double x : in.k) max_k = std::max(max_k, std::fabs(x));
+    const Shape sh = in.shape();
+    t.ds_flush = std::fabs(opt.resolved_scale(sh)) * double(sh.d_k) * double(std::numeric_limits<float>::min()) *
+                 (max_q + max_k + 1);
+  }
+  return t;
+}
+
 // The derivation of metrics.hpp with g(k) in place of gamma_k(u_acc).
 template <class G>
-ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g) {
+ErrorBound bound_from(const Magnitudes& m, double u_acc, double u_store, G g, const KernelTerms& kt) {
   const double n = m.n_kv, max_v = m.max_v, max_lse = m.max_lse;
-  const double ds = (g(m.d_k + 4) + m.extra_roundings * u_acc) * m.score_mag;
+  const double ds = (g(m.d_k + 4) + m.extra_roundings * u_acc) * m.score_mag + kt.ds_flush;
   ErrorBound bound;
   bound.score = ds;
   bound.score_magnitude = m.score_mag;
   bound.score_weighted = m.weighted_score;
   constexpr double u_double = 0x1p-53;  // weights and lse are returned in double
   bound.weights = std::min(1.0, std::expm1(2 * ds) + g(2 * n + 8) + u_double);
-  bound.out = std::min(2 * max_v, m.out_terms * (std::expm1(2 * ds) + g(4 * n + 10)) + u_store * m.out_max);
+  bound.out = std::min(2 * max_v, m.out_terms * (std::expm1(2 * ds) + g(4 * n + 10) + kt.u_weights) + u_store * m.out_max);
   bound.lse = 3 * ds + g(2 * n + 4) + (u_acc + u_double) * (std::log(n) + max_lse);
   bound.weights_from_lse = std::min(1.0, std::expm1(ds + bound.lse) + 2 * u_acc + u_double);
   bound.row_sum = g(n + 4) + gamma(n, u_double);
@@ -557,10 +579,11 @@ double max_finite_abs(const auto& t) {
 
 template <class G>
 GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes& gm, const Gradients<double>& truth,
-                                  const Shape& sh, const Options& opt, double u_acc, double u_store, G g) {
+                                  const Shape& sh, const Options& opt, double u_acc, double u_store, G g,
+                                  const KernelTerms& kt) {
   const double scale = opt.resolved_scale(sh);
   GradientBound b;
-  b.forward = bound_from(m, u_acc, u_store, g);
+  b.forward = bound_from(m, u_acc, u_store, g, kt);
   const ErrorBound& f = b.forward;
   // n_kv: the softmax's terms (the sink's included); n_q: the terms of a dK
   // or dV element, the rows of the K/V head's g query heads
@@ -594,17 +617,19 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
 
 GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
-                               double eta_acc, double eta_store, double eta_weight, double failure_probability) {
+                               double eta_acc, double eta_store, double eta_weight, const KernelRounding& kernel,
+                               double failure_probability) {
   const Shape sh = in.shape();
   const Magnitudes m = magnitudes(in, opt);
+  const KernelTerms kt = kernel_terms(in, opt, kernel);
   const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt, m.rows);
   GradientBounds b;
-  b.worst = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
+  b.worst = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); }, kt);
   // One bound per gradient element and per dS entry; sums of at most n + d terms.
   const double checks = double(sh.batch * sh.heads) * double(sh.n_q + sh.n_kv) * double(sh.d_k + sh.d_v + sh.n_kv);
   b.lambda = lambda_for(failure_probability, checks, 2 * double(std::max(sh.n_q, sh.n_kv)) + 10 + double(sh.d_k + sh.d_v), u_acc);
   b.probable = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store,
-                                   [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); });
+                                   [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); }, kt);
   b.failure_probability = failure_probability;
   const double underflow = double(sh.n_q + sh.n_kv + sh.d_k + sh.d_v + 8) * eta_acc + eta_store;
   // A weight that underflows errs by eta_acc, multiplied on its way into each gradient (metrics.hpp).
@@ -623,25 +648,28 @@ GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<doubl
   return b;
 }
 
-ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store) {
-  return bound_from(magnitudes(in, opt), u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
+ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store,
+                       const KernelRounding& kernel) {
+  return bound_from(magnitudes(in, opt), u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); },
+                    kernel_terms(in, opt, kernel));
 }
 
 ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_acc, double u_store,
-                         double failure_probability) {
+                         const KernelRounding& kernel, double failure_probability) {
   const Magnitudes m = magnitudes(in, opt);
+  const KernelTerms kt = kernel_terms(in, opt, kernel);
   ErrorBounds b;
-  b.worst = bound_from(m, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); });
+  b.worst = bound_from(m, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); }, kt);
   b.lambda = lambda_for(failure_probability, m.outputs, 4 * m.n_kv + 10 + m.d_k, u_acc);
   const auto probable = [&](double k) { return std::min(gamma(k, u_acc), gamma_tilde(k, u_acc, b.lambda)); };
-  b.probable = bound_from(m, u_acc, u_store, probable);
+  b.probable = bound_from(m, u_acc, u_store, probable, kt);
   b.failure_probability = failure_probability;
   b.rows_worst.reserve(m.rows.size());
   b.rows_probable.reserve(m.rows.size());
   for (const RowMagnitude& r : m.rows) {
     const Magnitudes row = of_row(m, r);
-    b.rows_worst.push_back(bound_from(row, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); }));
-    b.rows_probable.push_back(bound_from(row, u_acc, u_store, probable));
+    b.rows_worst.push_back(bound_from(row, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); }, kt));
+    b.rows_probable.push_back(bound_from(row, u_acc, u_store, probable, kt));
   }
   b.rows = m.rows;
   return b;

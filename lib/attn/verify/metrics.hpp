@@ -67,7 +67,13 @@ struct ErrorBound {
   double score_weighted = 0;
   double out = 0, weights = 0, lse = 0, weights_from_lse = 0, row_sum = 0, row_sum_from_lse = 0;
 };
-ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store);
+// A kernel's arithmetic beyond the model (KernelRounding, backend.hpp): P~
+// rounded to u_weights before P V moves each term p_j v_j by at most
+// u_weights p_j |v_j|, so out gains u_weights sum_j p_j |v_j| (first order);
+// flushed subnormals move each score by at most |scale| d_k FLT_MIN (max|Q| +
+// max|K| + 1), added to ds (their effect on the sums is eta_acc = FLT_MIN).
+ErrorBound error_bound(const Inputs<double>& in, const Options& opt, double u_acc, double u_store,
+                       const KernelRounding& kernel = {});
 
 // The probabilistic companion (Higham and Mary, "A new approach to
 // probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019,
@@ -103,6 +109,9 @@ struct RowMagnitude {
   // likewise). The scale of one run's rounding noise in the row under the independence
   // model of the probabilistic bound; 0 for the scores' part where the softmax is one-hot.
   double noise = 0;
+  // max_c sqrt(sum_j p_ij^2 v_jc^2): the part of `noise` from one relative rounding of each
+  // weight as P V multiplies it (KernelRounding::u_weights), the row sum untouched
+  double term_noise = 0;
   double out = 0;        // max_c |o_ic|
   double v_max = 0;      // max |V| of the row's K/V head (the convex hull's cap)
   bool masked = false;   // no visible key and no sink: output 0
@@ -121,7 +130,7 @@ struct ErrorBounds {
   double lambda = 0, failure_probability = 0;
 };
 ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_acc, double u_store,
-                         double failure_probability = 1e-9);
+                         const KernelRounding& kernel = {}, double failure_probability = 1e-9);
 
 // --- The backward pass ------------------------------------------------------------
 //
@@ -235,6 +244,6 @@ struct GradientBounds {
 GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
                                double eta_acc, double eta_store, double eta_weight,
-                               double failure_probability = 1e-9);
+                               const KernelRounding& kernel = {}, double failure_probability = 1e-9);
 
 }  // namespace attn

@@ -143,7 +143,7 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
   Check c;
   c.truth = t.kind;
   const Shape sh = r.rounded_inputs.shape();
-  const ErrorBounds bounds = error_bounds(r.rounded_inputs, opt, r.u_acc, r.u_store);
+  const ErrorBounds bounds = error_bounds(r.rounded_inputs, opt, r.u_acc, r.u_store, r.kernel);
   c.bound = bounds.worst;
   c.probable = bounds.probable;
   c.failure_probability = bounds.failure_probability;
@@ -170,7 +170,8 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
   c.beta = is_baseline ? NAN : 0.0;
   for (std::size_t i = 0; i < rows; ++i) {
     const RowMagnitude& m = bounds.rows[i];
-    c.row_unit[i] = r.u_acc * (m.out + m.noise) + r.u_store * m.out + r.eta_store;
+    // (+ the weights' rounding before P V, one per term p_j v_j: its own noise)
+    c.row_unit[i] = r.u_acc * (m.out + m.noise) + r.kernel.u_weights * m.term_noise + r.u_store * m.out + r.eta_store;
     if (!is_baseline) c.beta = std::max(c.beta, base_err[i] == 0 ? 0.0 : base_err[i] / c.row_unit[i]);
   }
 
@@ -256,7 +257,8 @@ Check verify(const RunReport& r, const Options& opt, const GroundTruth& t, const
       for (std::size_t i = 0; i < rows; ++i) {
         const RowMagnitude& m = bounds.rows[i];
         if (m.masked || !(m.out > 0)) continue;
-        const double f = r.u_acc * (m.out + m.noise) / storage_spacing(m.out, r.u_store, sub);
+        const double f =
+            (r.u_acc * (m.out + m.noise) + r.kernel.u_weights * m.term_noise) / storage_spacing(m.out, r.u_store, sub);
         model += f * f * double(sh.d_v);  // (elements of the row: an upper count, zeros included)
       }
       d.internal_ms = b.mean, d.internal_se = b.se, d.baseline_ms = o.mean, d.baseline_se = o.se;
@@ -319,7 +321,7 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   GradientCheck c;
   c.truth = t.kind;
   const GradientBounds bounds =
-      gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store, f.eta_weight);
+      gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store, f.eta_weight, f.kernel);
   c.bound = bounds.worst;
   c.probable = bounds.probable;
   c.failure_probability = bounds.failure_probability;
@@ -373,7 +375,9 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
       }
       const double S = rows ? score_weight * rows->score[i] + lse_runs * rows->lse[i] : s_both * std::max(top[i], terms);
       const double T = rows ? rows->terms[i] : terms, C = rows ? rows->cancel[i] : cancellation;
-      floor[i] = (2 * f.u_acc + 2 * f.u_store) * top[i] + f.u_acc * S + 2 * f.u_acc * (T + C) + underflow;
+      // (+ the forward's weights rounded before P V (KernelRounding): O, and so each term of D_i, moved by u_weights)
+      floor[i] = (2 * f.u_acc + 2 * f.u_store) * top[i] + f.u_acc * S + 2 * f.u_acc * (T + C) +
+                 2 * f.kernel.u_weights * C + underflow;
     }
     double beta = 0;
     if (base)

@@ -147,6 +147,20 @@ MUTANTS = [
     Mutant("micro-f16c-edge", SIMD, "for (; i + 8 <= n; i += 8)\n    _mm256_storeu_ps", "for (; i + 8 < n; i += 8)\n    _mm256_storeu_ps",
            "a last full group of 8 fp16 values is widened by the scalar tail",
            equivalent="the scalar tail converts fp16 to float exactly, as F16C does"),
+    # the bf16 dot-product kernels (the avx512bf16 variant: streaming's bf16 forward with fp32
+    # accumulation where the CPU has AVX512_BF16; elsewhere these lines are not compiled in)
+    Mutant("bf16dot-first-pair", SIMD, "for (std::size_t p = 0; p < kp; ++p) {\n    __m512i bv[V];",
+           "for (std::size_t p = 1; p < kp; ++p) {\n    __m512i bv[V];",
+           "each bf16 dot product skips its first pair (Q K^T: two components of d; P V: two keys)"),
+    Mutant("bf16dot-edge-mask", SIMD, "const __mmask16 mask = v + 1 < V ? __mmask16(0xFFFF) : last;",
+           "const __mmask16 mask = last;", "the edge panel's column mask applied to every vector of it"),
+    Mutant("bf16dot-odd-weight-dropped", SIMD, "(left >= 32 ? 32 : left + 1) / 2", "(left >= 32 ? 32 : left) / 2",
+           "a tile's last weight is not stored when its column count is odd (its pair keeps the last tile's)"),
+    Mutant("bf16dot-values-partner", SIMD, "2 * q + 1 < rows ? lo + d_v : nullptr", "2 * q + 2 < rows ? lo + d_v : nullptr",
+           "the last key's value row is dropped from its pair when a tile's key count is even"),
+    Mutant("bf16dot-weights-biased", SIMD, "_mm512_maskz_loadu_ps(lo, row + j)",
+           "_mm512_mul_ps(_mm512_set1_ps(1 - 0x1p-5f), _mm512_maskz_loadu_ps(lo, row + j))",
+           "half the weights shrunk by 2^-5 before rounding to bf16: a bias of 8 units of bf16 rounding"),
     # the shared GEMM tiles (math, blocked, streaming outside fp32)
     Mutant("tile-pv-add-lost", KCPP, "add ? A(1) : A(0)", "A(0)", "P V tiles overwrite instead of accumulating",
            count=2),

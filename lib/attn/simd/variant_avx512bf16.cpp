@@ -1,0 +1,11 @@
+// The avx512bf16 variant (flags: lib/meson.build): the avx512 variant's
+// kernels and tiles plus the bf16 dot-product kernels (simd.hpp's
+// gemm_bf16 and its packing), which the streaming forward takes for bf16
+// storage with fp32 accumulation where the CPU has AVX512_BF16.
+#define ATTN_SIMD_ID avx512bf16
+#define ATTN_SIMD_NAME "avx512bf16"
+#define ATTN_SIMD_BLOCK_Q 256
+#define ATTN_SIMD_BLOCK_K 64
+#define ATTN_SIMD_BACKWARD_BLOCK_Q 64
+#define ATTN_SIMD_BACKWARD_BLOCK_K 64
+#include "attn/simd/variant.inc"
