@@ -116,8 +116,9 @@ namespace {
 // What a run's verdicts need to know of its arithmetic: unit roundoffs,
 // underflow allowances, the precision, the policy and the backend's traits.
 // A weight that underflows errs by eta_weight: the backends' vector exp
-// (simd.hpp, xsimd's) returns 0 below the smallest normal number of the
-// type it computes in (float, or double for fp64 accumulation): exp(-88) is
+// (simd.hpp: xsimd's; AVX-512's float exp underflows gradually instead) may
+// return 0 below the smallest normal number of the type it computes in
+// (float, or double for fp64 accumulation): exp(-88) is
 // 0 there, 6.05e-39 in std::exp (a half subnormal spacing would undercount
 // it 1e7-fold: math's fp32 dK of a key whose weights were all below
 // FLT_MIN erred by 2.6e-38).

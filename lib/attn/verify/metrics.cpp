@@ -285,8 +285,10 @@ struct GradientMagnitudes {
   GradientScales scales;
 };
 
+// weights_ratio: u_weights / u_acc of the forward's kernel (KernelRounding), whose weights rounded
+// before P V add u_weights term_noise_i to each element of the saved output.
 GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
-                                       const std::vector<RowMagnitude>& forward_rows) {
+                                       const std::vector<RowMagnitude>& forward_rows, double weights_ratio) {
   const Shape sh = in.shape();
   GradientMagnitudes g;
   for (double x : in.q) g.max_q = std::max(g.max_q, std::fabs(x));
@@ -449,7 +451,11 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
           const RowMagnitude& fwd = forward_rows[first_q + r];
           double do_2 = 0;
           for (std::size_t l = 0; l < d_v; ++l) do_2 += g_rows[r * d_v + l] * g_rows[r * d_v + l];
-          e_i += std::sqrt(do_2) * (fwd.out + fwd.noise);
+          // (A kernel that rounds the weights before P V adds u_weights term_noise_i per element, in
+          // units of u_acc weights_ratio term_noise_i: the saved output of streaming's bf16 dot
+          // products; without it its dK of a key erred 1.14x its floor, RapidCheck seed 20261129.)
+          e_i += std::sqrt(do_2) * (fwd.out + fwd.noise + weights_ratio * fwd.term_noise);
+          if (opt.sinks) sink_cancel[h] += sink_w[r] * std::sqrt(do_2) * weights_ratio * fwd.term_noise;
           for (std::size_t j = 0; j < n_kv; ++j) {
             c[r * n_kv + j] = p[j] * (std::fabs(dp[r * n_kv + j]) + std::fabs(d_i) + e_i);
             a[r * n_kv + j] = p[j] * std::fabs(dp[r * n_kv + j] - d_i);
@@ -622,7 +628,7 @@ GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<doubl
   const Shape sh = in.shape();
   const Magnitudes m = magnitudes(in, opt);
   const KernelTerms kt = kernel_terms(in, opt, kernel);
-  const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt, m.rows);
+  const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt, m.rows, u_acc > 0 ? kernel.u_weights / u_acc : 0.0);
   GradientBounds b;
   b.worst = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); }, kt);
   // One bound per gradient element and per dS entry; sums of at most n + d terms.

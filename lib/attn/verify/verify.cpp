@@ -375,9 +375,9 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
       }
       const double S = rows ? score_weight * rows->score[i] + lse_runs * rows->lse[i] : s_both * std::max(top[i], terms);
       const double T = rows ? rows->terms[i] : terms, C = rows ? rows->cancel[i] : cancellation;
-      // (+ the forward's weights rounded before P V (KernelRounding): O, and so each term of D_i, moved by u_weights)
-      floor[i] = (2 * f.u_acc + 2 * f.u_store) * top[i] + f.u_acc * S + 2 * f.u_acc * (T + C) +
-                 2 * f.kernel.u_weights * C + underflow;
+      // (C includes what a kernel's rounding of the weights before P V does to the saved output
+      // and so to D_i: GradientMagnitudes, weights_ratio)
+      floor[i] = (2 * f.u_acc + 2 * f.u_store) * top[i] + f.u_acc * S + 2 * f.u_acc * (T + C) + underflow;
     }
     double beta = 0;
     if (base)

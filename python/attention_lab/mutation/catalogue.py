@@ -158,6 +158,8 @@ MUTANTS = [
            "a tile's last weight is not stored when its column count is odd (its pair keeps the last tile's)"),
     Mutant("bf16dot-values-partner", SIMD, "2 * q + 1 < rows ? lo + d_v : nullptr", "2 * q + 2 < rows ? lo + d_v : nullptr",
            "the last key's value row is dropped from its pair when a tile's key count is even"),
+    Mutant("bf16dot-transpose-lanes", SIMD, "t[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);",
+           "t[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);", "the K transpose takes the wrong 128-bit lanes for pairs 8-11 of a block"),
     Mutant("bf16dot-weights-biased", SIMD, "_mm512_maskz_loadu_ps(lo, row + j)",
            "_mm512_mul_ps(_mm512_set1_ps(1 - 0x1p-5f), _mm512_maskz_loadu_ps(lo, row + j))",
            "half the weights shrunk by 2^-5 before rounding to bf16: a bias of 8 units of bf16 rounding"),
