@@ -1,12 +1,13 @@
 // The avx512 variant of the vector kernels (flags: lib/meson.build).
-// Streaming tiles: 256 x 64, measured on AMD Zen 4 (AVX-512) for the
-// earlier, unpacked 6 x 4 kernel (docs/performance.md, section 3); the
-// committed runs since (Intel Xeon, AVX-512) ran this variant with these tiles
-// but did not sweep the tile sizes again for the packed kernel.
+// Streaming tiles: 256 x 256, swept for the packed kernels on an AMD EPYC
+// with AVX-512 and AVX512_BF16 (docs/performance.md, section 15: 12% and 5%
+// faster than the 256 x 64 measured on Zen 4 for the earlier, unpacked 6 x 4
+// kernel, fp32 at d = 64 and 128; B_q stays 256 for the causal mask's
+// diagonal tiles).
 #define ATTN_SIMD_ID avx512
 #define ATTN_SIMD_NAME "avx512"
 #define ATTN_SIMD_BLOCK_Q 256
-#define ATTN_SIMD_BLOCK_K 64
+#define ATTN_SIMD_BLOCK_K 256
 #define ATTN_SIMD_BACKWARD_BLOCK_Q 64
 #define ATTN_SIMD_BACKWARD_BLOCK_K 64
 #include "attn/simd/variant.inc"

@@ -5,7 +5,7 @@
 #define ATTN_SIMD_ID avx512bf16
 #define ATTN_SIMD_NAME "avx512bf16"
 #define ATTN_SIMD_BLOCK_Q 256
-#define ATTN_SIMD_BLOCK_K 64
+#define ATTN_SIMD_BLOCK_K 256  // the avx512 variant's tiles (its comment)
 #define ATTN_SIMD_BACKWARD_BLOCK_Q 64
 #define ATTN_SIMD_BACKWARD_BLOCK_K 64
 #include "attn/simd/variant.inc"
