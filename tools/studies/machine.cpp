@@ -197,15 +197,15 @@ MachinePeak measure_peak() {
   p.fp64_fma_gflops_all = fma_gflops_all<double>(p.cores);
   p.bf16_dot_gflops_core = bf16_dot_gflops_one_thread();
   p.bf16_dot_gflops_all = bf16_dot_gflops_all(p.cores);
-  const int threads_before = blas_threads();
-  set_blas_threads(1);
-  p.sgemm_gflops_1024 = gemm_gflops<float>(1024);
-  p.sgemm_gflops_2048 = gemm_gflops<float>(2048);
-  p.dgemm_gflops_1024 = gemm_gflops<double>(1024);
-  p.dgemm_gflops_2048 = gemm_gflops<double>(2048);
-  p.sgemm_attention_gflops_d64 = attention_gemm_gflops(4096, 64);
-  p.sgemm_attention_gflops_d128 = attention_gemm_gflops(4096, 128);
-  set_blas_threads(threads_before);
+  {  // OpenBLAS's GEMM rates on one thread
+    const ScopedBlasThreads one_thread(true, 1);
+    p.sgemm_gflops_1024 = gemm_gflops<float>(1024);
+    p.sgemm_gflops_2048 = gemm_gflops<float>(2048);
+    p.dgemm_gflops_1024 = gemm_gflops<double>(1024);
+    p.dgemm_gflops_2048 = gemm_gflops<double>(2048);
+    p.sgemm_attention_gflops_d64 = attention_gemm_gflops(4096, 64);
+    p.sgemm_attention_gflops_d128 = attention_gemm_gflops(4096, 128);
+  }
   p.triad_gbs_core = triad_gbs(1);
   p.triad_gbs_all = triad_gbs(p.cores);
   p.read_gbs_core = read_gbs(1);

@@ -13,6 +13,11 @@ void tile_gemm_packed(const float* a, std::size_t lda, const float* bp, float* c
   attn::simd().tile_gemm_packed(a, lda, bp, c, ldc, m, n, k, alpha, accumulate);
 }
 
+void tile_gemm_packed_at(const float* at, std::size_t lda, const float* bp, float* c, std::size_t ldc, std::size_t m,
+                         std::size_t n, std::size_t k, float alpha, bool accumulate) {
+  attn::simd().tile_gemm_packed_at(at, lda, bp, c, ldc, m, n, k, alpha, accumulate);
+}
+
 namespace {
 
 // Values are widened in chunks of this many (a multiple of every panel width:

@@ -21,6 +21,10 @@ namespace attn::detail {
 // pack_keys / pack_values in the column panels of the kernels in use.
 void tile_gemm_packed(const float* a, std::size_t lda, const float* bp, float* c, std::size_t ldc, std::size_t m,
                       std::size_t n, std::size_t k, float alpha, bool accumulate);
+// The same with A given as its transpose At [k, m] (lda between its rows):
+// C = alpha At^T B, as tile_gemm_packed on a transposed copy would compute it.
+void tile_gemm_packed_at(const float* at, std::size_t lda, const float* bp, float* c, std::size_t ldc, std::size_t m,
+                         std::size_t n, std::size_t k, float alpha, bool accumulate);
 
 // A [rows, d] block of keys as the packed B = K^T [d, rows] of tile_gemm_packed
 // (widened from storage when narrower): column panel j0 (simd().panel keys,

@@ -52,6 +52,17 @@ struct Tiles {
     if constexpr (micro) detail::tile_gemm_packed(p, cols, v, o, d_v, rows, d_v, cols, 1.0f, true);
     else detail::pv_tile<A>(p, v, o, rows, cols, d_v, true);
   }
+  // o += p^T v: p [rows, cols] as it is, v as load_v left it (rows rows), o
+  // [cols, d_v]. The micro-kernel reads p^T in place; the other tiles
+  // multiply a transposed copy in buf (rows x cols).
+  static void pv_t(const A* p, const A* v, A* o, std::size_t rows, std::size_t cols, std::size_t d_v, A* buf) {
+    if constexpr (micro) {
+      detail::tile_gemm_packed_at(p, cols, v, o, d_v, cols, d_v, rows, 1.0f, true);
+    } else {
+      detail::transpose(p, rows, cols, buf);
+      detail::pv_tile<A>(buf, v, o, cols, rows, d_v, true);
+    }
+  }
 
   // bf16 storage with fp32 accumulation where the CPU has AVX512_BF16 (the
   // avx512bf16 variant): the forward's Q K^T and P~ V as bf16 dot products
@@ -438,7 +449,8 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 //       S = scale Q_i K_j^T, soft-capped (keeping its derivative f), + ALiBi + mask
 //       P = exp(S - lse_i)   (lse saved by the forward, the sink's term included)
 //       dP = dO_i V_j^T;  D_i = dO_i . O_i;  dS = P o (dP - D_i);  dS' = dS o f
-//       dQ_i += dS' K_j;  dV_j += P^T dO_i;  dK_j += dS'^T Q_i  (P^T, dS'^T transposed tiles)
+//       dQ_i += dS' K_j;  dV_j += P^T dO_i;  dK_j += dS'^T Q_i  (P, dS' read as
+//       their transposes in place by the micro-kernel; other types transpose)
 //     dK_j = scale dK_j, dV_j -> storage
 //   dQ = scale dQ -> storage;  d(sink_h) = -sum_i exp(sink_h - lse_i) D_i
 // All five products run on the forward's tiles (the micro-kernel for fp32
@@ -449,8 +461,8 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 // parallelism inside one K/V head; B H_kv work items). dQ accumulates in the
 // output itself when the storage is the accumulation type, otherwise in one
 // g n_q x d_k buffer per worker in the accumulation type (the size of the
-// gradient itself). D_i is recomputed per tile (rows x d_v operations against
-// the tile's rows x B_k x (2 d_k + 3 d_v)), so nothing else grows with n.
+// gradient itself). D_i is computed once per row, before the key blocks, into
+// g n_q values per worker (the same dot as before, so the same bits).
 
 template <class S, class A>
 std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b_c) {
@@ -459,7 +471,7 @@ std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b
          piece_bytes<A>(T::k_count(b_c, s.d_k)) + piece_bytes<A>(T::k_count(b_c, s.d_v)) +
          piece_bytes<A>(T::v_count(b_c, s.d_k)) + piece_bytes<A>(T::v_count(b_r, s.d_k)) +
          piece_bytes<A>(T::v_count(b_r, s.d_v)) + piece_bytes<A>(widen_count<A, S>(b_r * s.d_k)) +
-         piece_bytes<A>(widen_count<A, S>(b_r * s.d_v)) + 2 * piece_bytes<A>(b_r) +
+         piece_bytes<A>(widen_count<A, S>(b_r * s.d_v)) + piece_bytes<A>(b_r) + piece_bytes<A>(s.group() * s.n_q) +
          piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k));
 }
 
@@ -496,7 +508,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
   for (auto& w : scratch) {
     w.P = arena.take<A>(B_r * B_c);      // P of the tile
     w.dS = arena.take<A>(B_r * B_c);     // dP, then dS
-    w.T_ij = arena.take<A>(B_r * B_c);   // P^T, then dS^T
+    w.T_ij = arena.take<A>(B_r * B_c);   // the soft-cap's slope; P^T, then dS^T (not the micro-kernel's)
     w.dK_j = arena.take<A>(B_c * d_k);
     w.dV_j = arena.take<A>(B_c * d_v);
     w.K_keys = arena.take<A>(T::k_count(B_c, d_k));  // K_j as the B of S = Q K^T
@@ -507,7 +519,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
     w.q_buf = arena.take<A>(widen_count<A, S>(B_r * d_k));
     w.do_buf = arena.take<A>(widen_count<A, S>(B_r * d_v));
     w.lse = arena.take<A>(B_r);
-    w.D = arena.take<A>(B_r);
+    w.D = arena.take<A>(sh.group() * n_q);  // D_i of every row of the K/V head's g query heads
     w.dq_acc = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));
   }
   Gradients<S> g = allocate_gradients<S>(sh, opt, bytes);
@@ -530,6 +542,10 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
       else return w.dq_acc + x * n_q * d_k;
     };
     for (std::size_t x = 0; x < g_heads; ++x) std::fill(dq(x), dq(x) + n_q * d_k, zero);
+    // D_i = dO_i . O_i of head h0 + x's row i at D[x n_q + i]
+    for (std::size_t x = 0; x < g_heads; ++x)
+      for (std::size_t i = 0; i < n_q; ++i)
+        w.D[x * n_q + i] = dot_loops<A>(&d_out(b, hk * g_heads + x, i, 0), &saved.out(b, hk * g_heads + x, i, 0), d_v);
 
     for (std::size_t j0 = 0; j0 < n_kv; j0 += B_c) {
       const std::size_t cols = std::min(B_c, n_kv - j0);
@@ -564,7 +580,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
             if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);
             else std::fill(p, p + cols, zero);
             // D_i = dO_i . O_i;  dS = P o (dP - D_i)
-            const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
+            const A d_i = w.D[x * n_q + i];
             for (std::size_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - d_i);
             if (ds_heads)
               for (std::size_t c = 0; c < cols; ++c) (*ds_heads)(b, h, i, j0 + c) = convert<double>(ds[c]);
@@ -574,11 +590,9 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           // dQ_i += dS' K_j
           T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, cols, d_k);
           // dV_j += P^T dO_i
-          transpose(w.P, rows, cols, w.T_ij);
-          T::pv(w.T_ij, T::load_v(&d_out(b, h, r0, 0), rows, d_v, w.dO_vals), w.dV_j, cols, rows, d_v);
+          T::pv_t(w.P, T::load_v(&d_out(b, h, r0, 0), rows, d_v, w.dO_vals), w.dV_j, rows, cols, d_v, w.T_ij);
           // dK_j += dS'^T Q_i
-          transpose(w.dS, rows, cols, w.T_ij);
-          T::pv(w.T_ij, T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals), w.dK_j, cols, rows, d_k);
+          T::pv_t(w.dS, T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals), w.dK_j, rows, cols, d_k, w.T_ij);
         }
       }
       S* dk = &g.dk(b, hk, j0, 0);
@@ -596,8 +610,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
       A sum = zero;
       for (std::size_t i = 0; i < n_q; ++i) {
         const A lse = convert<A>(saved.lse(b, h, i));
-        const A d_i = dot_loops<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
-        sum -= exp_of<A>(A(sink - lse)) * d_i;
+        sum -= exp_of<A>(A(sink - lse)) * w.D[x * n_q + i];
       }
       (*dsink_heads)(b, h) = convert<double>(sum);
     }

@@ -55,7 +55,10 @@ template <AttentionBackend B, class S, Accumulate P>
 class TypedCall final : public PreparedCall {
  public:
   TypedCall(Inputs<S> in, const Options& opt) : in_(std::move(in)), opt_(opt) {}
-  void call() override { last_ = B::template run<S, P>(in_, opt_, ws_); }
+  void call() override {
+    const ScopedBlasThreads blas(B::traits.uses_blas, opt_.threads);
+    last_ = B::template run<S, P>(in_, opt_, ws_);
+  }
   void release_workspace() override { ws_ = Workspace{}; }
   xt::xtensor<double, 4> out() const override { return convert_tensor<double>(last_.out); }
   std::optional<xt::xtensor<double, 4>> weights() const override { return last_.weights; }
@@ -75,6 +78,7 @@ class TypedCall final : public PreparedCall {
       fwd.need_lse = true;
       fwd.need_weights = false;
       Workspace ws;
+      const ScopedBlasThreads blas(B::traits.uses_blas, opt_.threads);
       forward_ = B::template run<S, P>(in_, fwd, ws);
       validate_backward(in_, forward_.out, *forward_.lse, d_out_, opt_);
       last_ = forward_;
@@ -86,6 +90,7 @@ class TypedCall final : public PreparedCall {
   void call_backward() override {
     if constexpr (HasBackward<B>) {
       if (!forward_.lse) throw Error("call_backward() before prepare_backward()");
+      const ScopedBlasThreads blas(B::traits.uses_blas, opt_.threads);
       grads_ = B::template backward<S, P>(in_, Saved<S>{forward_.out, *forward_.lse}, d_out_, opt_, backward_ws_);
     } else {
       no_backward();
@@ -97,6 +102,7 @@ class TypedCall final : public PreparedCall {
       Options fwd = opt_;
       fwd.need_lse = true;
       fwd.need_weights = false;
+      const ScopedBlasThreads blas(B::traits.uses_blas, opt_.threads);
       forward_ = B::template run<S, P>(in_, fwd, ws_);
       grads_ = B::template backward<S, P>(in_, Saved<S>{forward_.out, *forward_.lse}, d_out_, opt_, backward_ws_);
     } else {

@@ -23,6 +23,19 @@ std::vector<BackendInfo> builtin_backends();  // backends/builtin.cpp
 void set_blas_threads(int n) { openblas_set_num_threads(n); }
 int blas_threads() { return openblas_get_num_threads(); }
 
+ScopedBlasThreads::ScopedBlasThreads(bool active, std::size_t threads) {
+  if (!active) return;
+  const int want = int(std::clamp<std::size_t>(threads, 1, 1024));
+  const int now = blas_threads();
+  if (want == now) return;
+  before_ = now;
+  set_blas_threads(want);
+}
+
+ScopedBlasThreads::~ScopedBlasThreads() {
+  if (before_ > 0) set_blas_threads(before_);
+}
+
 std::string blas_info() {
   return std::string(openblas_get_config()) + "; core " + openblas_get_corename() + "; " +
          std::to_string(openblas_get_num_threads()) + " threads";

@@ -204,5 +204,19 @@ std::string blas_info();
 // The threads OpenBLAS may use (the BLAS backends' Options::threads).
 void set_blas_threads(int n);
 int blas_threads();
+// OpenBLAS's thread count set to `threads` for a scope, then restored (when
+// `active`): a BLAS backend's call runs Options::threads threads, not
+// OpenBLAS's default of every core, whoever calls it (the CLI, a benchmark,
+// a claim, Python).
+class ScopedBlasThreads {
+ public:
+  ScopedBlasThreads(bool active, std::size_t threads);
+  ~ScopedBlasThreads();
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+ private:
+  int before_ = 0;  // 0: nothing changed
+};
 
 }  // namespace attn

@@ -35,8 +35,8 @@ struct SimdKernels {
   std::size_t panel = 0;  // nv * lanes: the column panel width of packed B
   // The streaming backend's tiles measured for this variant (docs/performance.md).
   std::size_t block_q = 0, block_k = 0;
-  // Its backward pass's tiles: P, dS and a transposed tile of B_q x B_k
-  // each stay in L2 (measured on AVX2 at B = 1, H = 8, n = 4096; docs/performance.md).
+  // Its backward pass's tiles: P and dS of B_q x B_k and K, V packed three
+  // ways stay in L2 (variant_*.cpp: where each was measured; docs/performance.md).
   std::size_t backward_block_q = 0, backward_block_k = 0;
   // Independent FMA chains of the peak probe: registers - 2 (two constants),
   // more than FMA latency x pipes (4 x 2 on Zen 3/4/5 and Skylake).
@@ -51,6 +51,10 @@ struct SimdKernels {
   // wide as the columns left), so the kernel streams B contiguously.
   void (*tile_gemm_packed)(const float* a, std::size_t lda, const float* bp, float* c, std::size_t ldc, std::size_t m,
                            std::size_t n, std::size_t k, float alpha, bool accumulate) = nullptr;
+  // The same with A given as its transpose At [k, m] (row-major, lda between
+  // its k rows): C = alpha At^T B, the same order of operations per element.
+  void (*tile_gemm_packed_at)(const float* at, std::size_t lda, const float* bp, float* c, std::size_t ldc,
+                              std::size_t m, std::size_t n, std::size_t k, float alpha, bool accumulate) = nullptr;
   void (*widen_bf16)(const bf16* src, std::size_t n, float* dst) = nullptr;
   void (*widen_fp16)(const fp16* src, std::size_t n, float* dst) = nullptr;
   // max_j s[j] (-inf for n = 0; NaN ignored as `if (s[j] > m) m = s[j]` does).

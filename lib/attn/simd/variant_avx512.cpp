@@ -3,11 +3,14 @@
 // with AVX-512 and AVX512_BF16 (docs/performance.md, section 15: 12% and 5%
 // faster than the 256 x 64 measured on Zen 4 for the earlier, unpacked 6 x 4
 // kernel, fp32 at d = 64 and 128; B_q stays 256 for the causal mask's
-// diagonal tiles).
+// diagonal tiles). Backward tiles 96 x 256 (were 64 x 64): swept on the same
+// machine once the backward read P and dS in place (docs/performance.md,
+// section 16): 4-8% faster at d = 64 and 128; 96 rows are 16 micro-kernel
+// strips of 6, with no edge strip.
 #define ATTN_SIMD_ID avx512
 #define ATTN_SIMD_NAME "avx512"
 #define ATTN_SIMD_BLOCK_Q 256
 #define ATTN_SIMD_BLOCK_K 256
-#define ATTN_SIMD_BACKWARD_BLOCK_Q 64
-#define ATTN_SIMD_BACKWARD_BLOCK_K 64
+#define ATTN_SIMD_BACKWARD_BLOCK_Q 96
+#define ATTN_SIMD_BACKWARD_BLOCK_K 256
 #include "attn/simd/variant.inc"

@@ -6,6 +6,6 @@
 #define ATTN_SIMD_NAME "avx512bf16"
 #define ATTN_SIMD_BLOCK_Q 256
 #define ATTN_SIMD_BLOCK_K 256  // the avx512 variant's tiles (its comment)
-#define ATTN_SIMD_BACKWARD_BLOCK_Q 64
-#define ATTN_SIMD_BACKWARD_BLOCK_K 64
+#define ATTN_SIMD_BACKWARD_BLOCK_Q 96
+#define ATTN_SIMD_BACKWARD_BLOCK_K 256  // the avx512 variant's (its comment)
 #include "attn/simd/variant.inc"
