@@ -71,13 +71,15 @@ def bench_rows(bench):
     return bench_json.rows(bench, "bench.json", ReportError)
 
 
-def rate_estimate(r):
-    """A row's GFLOP/s from its median sample, with the interval its repetitions give
-    (stats.median_ci; None with fewer than six): {"value", "interval"}, or None without the row."""
+def rate_estimate(r, per_call=None):
+    """A row's GFLOP/s from its median sample (or giga-units per second of `per_call`, e.g. bytes read per
+    call), with the interval its repetitions give (stats.median_ci; None with fewer than six):
+    {"value", "interval"}, or None without the row."""
     if not r:
         return None
     ci = stats.median_ci(r["samples"])
-    g = lambda s: r["flop_per_call"] / s / 1e9  # noqa: E731
+    amount = r["flop_per_call"] if per_call is None else per_call
+    g = lambda s: amount / s / 1e9  # noqa: E731
     return {"value": g(stats.median(r["samples"])), "interval": ci and (g(ci[1]), g(ci[0]))}
 
 

@@ -110,6 +110,19 @@ def performance_report(rows, peak, bench, folder):
         target(f"{fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
                hi / lo if lo else None, f"independent of n (<= {bound['memory_independent_of_n']['max']:.2f}x)", ratio,
                lambda v: v <= bound["memory_independent_of_n"]["max"])
+    dec = [r for r in rows if r["family"] == "attn_decode" and r["backend"] == fused and r.get("kv_bytes/s")]
+    if dec:
+        # Decode steps at the run's longest KV cache: K/V bytes per second against the measured read bandwidth.
+        n_kv, need = max(r["n_kv"] for r in dec), bound["decode_fraction_of_read_bandwidth"]["min"]
+        for p in ("fp32", "bf16"):
+            for t in (1, 2):
+                r = next((x for x in dec if (x["n_kv"], x["precision"], x["threads"]) == (n_kv, p, t)), None)
+                bw = peak.get("read_gbs_core" if t == 1 else "read_gbs_all")
+                kv = r and rate_estimate(r, r["kv_bytes/s"] * r["seconds_per_call"])
+                target(f"decode: {fused} {p}, {t} thread{'s' if t > 1 else ''}, n_kv = {n_kv} (H = 32, H_kv = 8, "
+                       "d = 128): K/V GB/s as a fraction of the measured read bandwidth", scaled(kv, bw),
+                       f">= {pct(need)}", lambda v: pct(v) + (" (above the read probe's figure)" if v > 1 else ""),
+                       lambda v, need=need: v >= need)
     bwd_lines = backward_performance(rows, fused, peak, target, peers)  # its targets join the table below
     counts = sorted({len(r["samples"]) for r in h8.values()})
     sampling = bench["context"].get("adaptive_sampling", "off")
