@@ -19,7 +19,10 @@
 //       v = plain, gqa (H_kv < H), softcap (c = 50), sinks, alibi, documents (8)
 //   attn_decode/<backend>/<precision>/threads:<t>/n_kv:<n_kv>/d:<d>/h:<H>/h_kv:<H_kv>
 //       one decode step: n_q = 1 over a KV cache of n_kv keys (kv_bytes/s: K and V read once)
-// attn_h8, attn_bwd and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
+//   attn_noisy/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>/h:8/h_kv:8/variant:noisy
+//       attn_h8's one-thread forward with a noisy neighbour: a thread that sweeps a 256 MiB buffer (reads and
+//       writes every cache line, over and over) runs on the other core while the calls are timed
+// attn_h8, attn_noisy, attn_bwd and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
 // backend with its own threads and OpenBLAS's thread count for the BLAS backends.
 // Counters: FLOP/s (4 B H n_q n_kv d, halved for causal; backward 2.5x that,
 // forward + backward 3.5x, backend.hpp's backward_flops), bytes of Q/K/V/O
@@ -34,6 +37,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -47,6 +51,7 @@
 #include <sstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attn/core/alloc_counter.hpp"
@@ -329,6 +334,19 @@ const std::vector<Series>& series() {
          for (std::size_t n_kv : prof.decode_n_kv)
            for (int threads : {1, 2})
              if (threads == 1 || t.own_threads) pts.push_back({{1, 32, 1, n_kv, d, d, 8}, false, threads, true, "decode", 8192});
+         return pts;
+       }},
+      {"attn_noisy", "noisy-neighbour",
+       "attn_h8's forward points of one thread without a mask (fp32, d in d) with a noisy neighbour on the other "
+       "core (NoisyNeighbour): the fused backend, and the GEMM backend for comparison (issue 38: streaming lost up "
+       "to 27% on a shared host where the GEMMs did not)",
+       false, [](const BackendTraits& t) {
+         return !t.plugin && ((t.own_threads && t.memory_independent_of_n) || (t.uses_blas && !t.tiled && !t.own_threads));
+       },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         std::vector<Point> pts;
+         if (prof.h8_n && is_fp32(p))
+           for (std::size_t d : prof.d) pts.push_back({square(prof.h8_n, d, 8), false, 1, false, "noisy", 1024});
          return pts;
        }},
       {"attn_fwdbwd", "training-step", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n (profiles with "
@@ -657,6 +675,37 @@ bool finite(const xt::xtensor<double, 4>& t) {
   return true;
 }
 
+// attn_noisy's neighbour: a thread that reads and writes one byte of every 64-byte line of a 256 MiB buffer
+// (beyond any L3 of these machines), over and over, until destroyed: what a memory-bound process beside the
+// benchmark does to the shared L3 and the memory bus. On 2 cores the benchmark's one thread and this one
+// each have a core. The buffer is allocated and first touched once per process (about a second), not per
+// benchmark. Hand-written: a loop of a few lines that no library offers.
+class NoisyNeighbour {
+ public:
+  NoisyNeighbour() : thread_([this] { sweep(); }) {}
+  ~NoisyNeighbour() {
+    stop_.store(true, std::memory_order_relaxed);
+    thread_.join();
+  }
+  NoisyNeighbour(const NoisyNeighbour&) = delete;
+  NoisyNeighbour& operator=(const NoisyNeighbour&) = delete;
+
+ private:
+  static std::vector<unsigned char>& buffer() {
+    static std::vector<unsigned char> b(std::size_t(256) << 20, 1);
+    return b;
+  }
+  void sweep() {
+    std::vector<unsigned char>& b = buffer();
+    constexpr std::size_t chunk = std::size_t(1) << 20;  // stop is read once per MiB
+    while (!stop_.load(std::memory_order_relaxed))
+      for (std::size_t c = 0; c < b.size() && !stop_.load(std::memory_order_relaxed); c += chunk)
+        for (std::size_t i = c; i < c + chunk; i += 64) b[i] = static_cast<unsigned char>(b[i] + 1);
+  }
+  std::atomic<bool> stop_{false};  // before thread_: set before the thread starts
+  std::thread thread_;
+};
+
 void run_benchmark(benchmark::State& state, const std::string& key, const BackendInfo& b, const PrecisionInfo& p,
                    const Point& pt, bool cold, Pass pass) {
   const Prepared& prep = prepare(key, b, p, pt, pass);
@@ -689,6 +738,8 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     per_call.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return per_call.back();
   };
+  std::optional<NoisyNeighbour> neighbour;  // attn_noisy: beside the warm call and every timed one
+  if (pt.variant == "noisy") neighbour.emplace();
   const auto warm_t0 = std::chrono::steady_clock::now();
   one_call();  // warm: workspace and outputs touched
   const double warm = std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_t0).count();
@@ -796,7 +847,7 @@ std::string_view pass_name(Pass pass) {
 // names. attn-bench writes them as "attn" beside each benchmark in --benchmark_out's JSON and in each
 // --list-plan line; "accumulation" is the policy the benchmark ran (a plugin's own where it lacks the
 // precision's default), "variant" is attn_var's (plain, gqa, mha, softcap, sinks, alibi, documents),
-// "decode" for attn_decode, "" elsewhere.
+// "decode" for attn_decode, "noisy" for attn_noisy, "" elsewhere.
 constexpr int schema_version = 2;
 Json fields_of(const Series& s, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
   const Shape& sh = pt.shape;
@@ -937,8 +988,9 @@ int main(int argc, char** argv) {
           "         4096, B = 1, H = 8: streaming fp32, causal, 2 threads, bf16, fp16; the GEMM backends' backward and\n"
           "         attn_fwdbwd only in full), attn_var (the variants at n = 2048, d = 128, causal: H = 8 plain,\n"
           "         softcap, sinks, alibi, documents; H = 32 gqa (H_kv = 8) and mha; streaming fp32, bf16; math,\n"
-          "         blocked at n = 1024, d = 64) and attn_decode (n_q = 1, n_kv = 1024 ... 32768, H = 32, H_kv = 8,\n"
-          "         d = 128; to 131072 in full); full: every precision at\n"
+          "         blocked at n = 1024, d = 64), attn_decode (n_q = 1, n_kv = 1024 ... 32768, H = 32, H_kv = 8,\n"
+          "         d = 128; to 131072 in full) and attn_noisy (attn_h8's one-thread fp32 forward of streaming and\n"
+          "         math beside a cache-polluting thread on the other core); full: every precision at\n"
           "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32, the exact backend in fp64 only (with\n"
           "         --benchmark_min_time=0: one iteration each).\n"
           "  The memory cap defaults to a quarter of RAM.\n\n"

@@ -1,6 +1,7 @@
 #include "attn/backends/microkernel.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "attn/backends/kernels.hpp"
 #include "attn/core/precision.hpp"
@@ -18,43 +19,38 @@ void tile_gemm_packed_at(const float* at, std::size_t lda, const float* bp, floa
   attn::simd().tile_gemm_packed_at(at, lda, bp, c, ldc, m, n, k, alpha, accumulate);
 }
 
-namespace {
-
-// Values are widened in chunks of this many (a multiple of every panel width:
-// simd/variant.inc asserts it).
-constexpr std::size_t chunk = 256;
-
-}  // namespace
-
+// The vector kernels of the variant in use (simd/variant.inc) for fp32, bf16
+// and fp16 storage; fp64 storage (rounded to fp32 here) element by element.
 template <class S>
 void pack_keys(const S* src, std::size_t rows, std::size_t d, float* out) {
-  const std::size_t P = attn::simd().panel;
-  float buf[chunk];
-  for (std::size_t p0 = 0; p0 < rows; p0 += P) {
-    const std::size_t w = std::min(P, rows - p0);
-    float* panel = out + p0 * d;
-    for (std::size_t jj = 0; jj < w; ++jj)
-      for (std::size_t l0 = 0; l0 < d; l0 += chunk) {
-        const std::size_t len = std::min(chunk, d - l0);
-        const float* row = as_accumulate<float>(src + (p0 + jj) * d + l0, len, buf);
-        for (std::size_t l = 0; l < len; ++l) panel[(l0 + l) * w + jj] = row[l];
-      }
+  const SimdKernels& v = attn::simd();
+  if constexpr (std::is_same_v<S, float>) v.pack_keys_f32(src, rows, d, out);
+  else if constexpr (std::is_same_v<S, bf16>) v.pack_keys_from_bf16(src, rows, d, out);
+  else if constexpr (std::is_same_v<S, fp16>) v.pack_keys_from_fp16(src, rows, d, out);
+  else {
+    const std::size_t P = v.panel;
+    for (std::size_t p0 = 0; p0 < rows; p0 += P) {
+      const std::size_t w = std::min(P, rows - p0);
+      for (std::size_t jj = 0; jj < w; ++jj)
+        for (std::size_t l = 0; l < d; ++l) out[p0 * d + l * w + jj] = convert<float>(src[(p0 + jj) * d + l]);
+    }
   }
 }
 
 template <class S>
 void pack_values(const S* src, std::size_t rows, std::size_t d_v, float* out) {
-  const std::size_t P = attn::simd().panel;
-  float buf[chunk];
-  for (std::size_t j = 0; j < rows; ++j)
-    for (std::size_t l0 = 0; l0 < d_v; l0 += chunk) {
-      const std::size_t len = std::min(chunk, d_v - l0);
-      const float* row = as_accumulate<float>(src + j * d_v + l0, len, buf);
-      for (std::size_t c0 = l0; c0 < l0 + len; c0 += P) {  // chunk % P == 0: panels start inside
-        const std::size_t w = std::min(P, d_v - c0);
-        std::copy(row + (c0 - l0), row + (c0 - l0) + w, out + c0 * rows + j * w);
-      }
+  const SimdKernels& v = attn::simd();
+  if constexpr (std::is_same_v<S, float>) v.pack_values_f32(src, rows, d_v, out);
+  else if constexpr (std::is_same_v<S, bf16>) v.pack_values_from_bf16(src, rows, d_v, out);
+  else if constexpr (std::is_same_v<S, fp16>) v.pack_values_from_fp16(src, rows, d_v, out);
+  else {
+    const std::size_t P = v.panel;
+    for (std::size_t c0 = 0; c0 < d_v; c0 += P) {
+      const std::size_t w = std::min(P, d_v - c0);
+      for (std::size_t j = 0; j < rows; ++j)
+        for (std::size_t c = 0; c < w; ++c) out[c0 * rows + j * w + c] = convert<float>(src[j * d_v + c0 + c]);
     }
+  }
 }
 
 #define ATTN_INSTANTIATE(S)                                                  \

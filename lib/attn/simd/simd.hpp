@@ -55,6 +55,15 @@ struct SimdKernels {
   // its k rows): C = alpha At^T B, the same order of operations per element.
   void (*tile_gemm_packed_at)(const float* at, std::size_t lda, const float* bp, float* c, std::size_t ldc,
                               std::size_t m, std::size_t n, std::size_t k, float alpha, bool accumulate) = nullptr;
+  // K [rows, d] as tile_gemm_packed's B = K^T (panel p0 of `panel` keys at
+  // out + p0 d, d rows of its width) and V [rows, d_v] as its B (panel c0 at
+  // out + c0 rows, rows rows of its width), widened from the storage type.
+  void (*pack_keys_f32)(const float* src, std::size_t rows, std::size_t d, float* out) = nullptr;
+  void (*pack_keys_from_bf16)(const bf16* src, std::size_t rows, std::size_t d, float* out) = nullptr;
+  void (*pack_keys_from_fp16)(const fp16* src, std::size_t rows, std::size_t d, float* out) = nullptr;
+  void (*pack_values_f32)(const float* src, std::size_t rows, std::size_t d_v, float* out) = nullptr;
+  void (*pack_values_from_bf16)(const bf16* src, std::size_t rows, std::size_t d_v, float* out) = nullptr;
+  void (*pack_values_from_fp16)(const fp16* src, std::size_t rows, std::size_t d_v, float* out) = nullptr;
   void (*widen_bf16)(const bf16* src, std::size_t n, float* dst) = nullptr;
   void (*widen_fp16)(const fp16* src, std::size_t n, float* dst) = nullptr;
   // max_j s[j] (-inf for n = 0; NaN ignored as `if (s[j] > m) m = s[j]` does).
