@@ -312,9 +312,17 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         const A m_new = std::max(m_i[r_], row_max(s, cols));
         if (!(m_new > minus_inf)) {  // every key so far masked: nothing to add (and no NaN)
           std::fill(s, s + cols, zero);
+          if (dot16 && !decoding(blk)) std::fill_n(p_pairs + r_ * ((cols + 1) / 2), (cols + 1) / 2, 0u);
           continue;
         }
-        const A row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);
+        // (bf16 dot products: P~ rounded to bf16 pairs in the same pass, for gemm_bf16)
+        A row_sum;
+        if constexpr (T::micro && std::is_same_v<S, bf16>)
+          row_sum = dot16 && !decoding(blk)
+                        ? attn::simd().exp_pairs_bf16(s, cols, m_new, p_pairs + r_ * ((cols + 1) / 2))
+                        : exp_shifted_sum(s, cols, m_new, /*simd=*/true);
+        else
+          row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);
         // l_i = exp(m_i - m_new) l_i + rowsum(P~);  O_i = diag(exp(m_i - m_new)) O_i
         if (m_new > m_i[r_]) {
           const A alpha = m_i[r_] > minus_inf ? exp_of<A>(m_i[r_] - m_new) : zero;
@@ -340,11 +348,10 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       if (decoding(blk)) {
         if constexpr (T::decode_capable)
           T::decode_pv(S_ij + rs.first * cols, rs.size(), &in.v(blk.b, blk.hk, j0, 0), cols, d_v, O_i + rs.first * d_v);
-      } else if (dot16) {  // P~ rounded to bf16 pairs, then bf16 dot products with V's pairs
+      } else if (dot16) {  // P~ as bf16 pairs (exp_pairs_bf16 above), bf16 dot products with V's pairs
         if constexpr (T::micro && std::is_same_v<S, bf16>) {
           const SimdKernels& v = attn::simd();
           const std::size_t cp = (cols + 1) / 2;
-          v.pairs_bf16(S_ij + rs.first * cols, rs.size(), cols, cols, p_pairs + rs.first * cp, cp);
           v.pack_values_bf16(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, words(v_buf));
           v.gemm_bf16(p_pairs + rs.first * cp, cp, words(v_buf), O_i + rs.first * d_v, d_v, rs.size(), d_v, cp, 1.0f,
                       true);
