@@ -454,6 +454,11 @@ def on_claims_line(text):
         begin("claims", m.group(1))
 
 
+# The peaks measured again after a shard's benchmarks (peak.json's "after_bench").
+PEAK_AGAIN = ("fp32_fma_gflops_core", "fp32_fma_gflops_all", "bf16_dot_gflops_core", "sgemm_gflops_2048",
+              "read_gbs_core", "read_gbs_all")
+
+
 def shard_steps(line, data):
     """The steps of one shard, in a single run's order: (name, what, function)."""
     profile = line["profile"]
@@ -471,6 +476,18 @@ def shard_steps(line, data):
                      watch="stdout", on_line=follow(line["bench"], "bench"))
             os.remove(names)
         steps.append(("bench", f"attn-bench: {len(line['bench'])} benchmarks", bench))
+
+        def peak_after():
+            # The same probes again once the benchmarks are done, kept in peak.json as "after_bench": a host whose
+            # speed moved during the benchmarks (a neighbour, a frequency change) is said so in the reports.
+            after = os.path.join(data, "peak_after.json")
+            run_step("peak", [LAB, "peak", "--out", after])
+            peak = io.load_json(os.path.join(data, "peak.json"), SweepError)
+            again = io.load_json(after, SweepError)
+            peak["after_bench"] = {k: again[k] for k in PEAK_AGAIN if k in again}
+            io.write_json(os.path.join(data, "peak.json"), peak)
+            os.remove(after)
+        steps.append(("peak-after", "attn-lab peak again: the host's speed after the benchmarks", peak_after))
     if line["accuracy"]:
         steps.append(("accuracy", f"attn-lab accuracy: {len(line['accuracy'])} problems",
                       lambda: run_step("accuracy", [LAB, "accuracy", "--profile", profile, "--problems",

@@ -231,6 +231,24 @@ class ReportTest(unittest.TestCase):
         self.assertTrue(any(r.startswith("INSTRUMENT ERROR (attn-lab peak)") for r in readings))
         self.assertTrue(any(r.startswith("performance targets within noise: streaming fp32, d = 128") for r in readings))
 
+    def test_a_host_that_slowed_during_the_run_is_said_so(self):
+        # peak.json's second reading (the sweep's "after_bench"): the FMA peak 10% lower after the benchmarks is
+        # flagged; a move of 2% is reported without the flag
+        with open(os.path.join(self.data, "peak.json")) as f:
+            peak = json.load(f)
+        for factor, flagged in ((0.9, True), (0.98, False)):
+            peak["after_bench"] = {"fp32_fma_gflops_core": peak["fp32_fma_gflops_core"] * factor,
+                                   "sgemm_gflops_2048": peak["sgemm_gflops_2048"]}
+            with open(os.path.join(self.data, "peak.json"), "w") as f:
+                json.dump(peak, f)
+            final, _ = report.make_report(self.data, self.out, "test", stamp=f"drift{factor}")
+            with open(os.path.join(final, "performance.md")) as f:
+                text = f.read()
+            self.assertIn(f"Measured again after the benchmarks: fp32 FMA, one thread {peak['fp32_fma_gflops_core']:.1f} "
+                          f"-> {peak['fp32_fma_gflops_core'] * factor:.1f} GFLOP/s ({100 * (factor - 1):+.0f}%)", text)
+            self.assertEqual("**The host's speed changed during the run** (fp32 FMA, one thread moved by more than 5%)"
+                             in text, flagged)
+
     def test_variants_costs_and_decode_bandwidth(self):
         # attn_var: soft-cap's median call 1.5x plain's, GQA 0.25x MHA's, soft-cap's error above its bound;
         # attn_decode: 1 GB of K/V in 0.1 s = 10 GB/s against a read peak of 20 (50%), and 40 GB/s at a

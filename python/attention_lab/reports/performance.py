@@ -7,6 +7,35 @@ from attention_lab.reports.common import ReportError, Targets, target_bounds, ba
 from attention_lab.runs import precision_peak
 
 
+DRIFT = 0.05  # a probe that moved more than this between the two readings: the host's speed changed
+
+
+def peak_drift(peak):
+    """The line saying what the probes read again after the benchmarks (peak.json's "after_bench", written by
+    the sweep), flagged when the one-thread FMA peak, SGEMM or the read bandwidth moved by more than DRIFT: every
+    fraction of peak in the report then carries that uncertainty. None without a second reading."""
+    after = peak.get("after_bench")
+    if not after:
+        return None
+    names = {"fp32_fma_gflops_core": ("fp32 FMA, one thread", "GFLOP/s"), "sgemm_gflops_2048": ("SGEMM", "GFLOP/s"),
+             "read_gbs_core": ("read, one thread", "GB/s"), "read_gbs_all": ("read, all threads", "GB/s")}
+    moved, parts = [], []
+    for k, (what, unit) in names.items():
+        if peak.get(k) and after.get(k):
+            change = after[k] / peak[k] - 1
+            parts.append(f"{what} {peak[k]:.1f} -> {after[k]:.1f} {unit} ({100 * change:+.0f}%)")
+            if abs(change) > DRIFT:
+                moved.append(what)
+    if not parts:
+        return None
+    text = "Measured again after the benchmarks: " + "; ".join(parts) + "."
+    if moved:
+        text = (f"**The host's speed changed during the run** ({', '.join(moved)} moved by more than "
+                f"{100 * DRIFT:.0f}%): every fraction of peak and every rate here carries that uncertainty; the "
+                "fractions use the first reading. " + text)
+    return text
+
+
 def performance_report(rows, peak, bench, folder):
     """The roofline (GFLOP/s of every backend x precision against n, with the
     measured peaks drawn) and the performance targets, each measured in this
@@ -47,6 +76,9 @@ def performance_report(rows, peak, bench, folder):
                 f"d = 64 and {att[128]:.1f} at d = 128" if att[64] else "") + ". "
              f"Vector kernels of every backend and of the FMA probe: {bench['context'].get('simd', peak.get('simd'))}"
              + (f" ({peak['fma_chains']} independent FMA chains)" if peak.get("fma_chains") else "") + ".", ""]
+    drift = peak_drift(peak)
+    if drift:
+        lines += [drift, ""]
     for e in peak.get("instrument_errors", []):
         lines += [f"**INSTRUMENT ERROR** (attn-lab peak): {e}: the FMA probe under-measures this machine's peak, "
                   "so no fraction of peak in this report can be trusted.", ""]
