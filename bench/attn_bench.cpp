@@ -611,6 +611,8 @@ struct Sampling {
 
 // The samples of every benchmark that ran adaptively, by name, one list per run of it (repetition).
 std::map<std::string, std::vector<std::vector<double>>> recorded_samples;
+// attn_noisy's quiet calls (the neighbour stopped), one before each noisy sample, by name, per run of it.
+std::map<std::string, std::vector<std::vector<double>>> recorded_quiet;
 // Each registered benchmark's schema fields (fields_of), by name (the first series that names a point owns it).
 std::map<std::string, Json> benchmark_fields;
 
@@ -663,6 +665,8 @@ void annotate_output(const std::string& path) {
     auto it = recorded_samples.find(name);
     if (it == recorded_samples.end()) continue;
     std::size_t& i = taken[name];
+    if (auto q = recorded_quiet.find(name); q != recorded_quiet.end() && i < q->second.size())
+      b["quiet_samples"] = q->second[i];
     if (i < it->second.size()) b["samples"] = it->second[i++];
   }
   const std::regex marked("\"" + std::string(non_finite_mark) + "(-?[A-Za-z]+)\"");
@@ -738,8 +742,22 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     per_call.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return per_call.back();
   };
-  std::optional<NoisyNeighbour> neighbour;  // attn_noisy: beside the warm call and every timed one
-  if (pt.variant == "noisy") neighbour.emplace();
+  // attn_noisy: the neighbour beside the warm call and every timed one; with adaptive sampling each sample
+  // is preceded by one quiet call (the neighbour stopped), so that the two alternate and a host whose speed
+  // drifts over minutes moves both alike (the report's retained rate is their ratio).
+  const bool noisy = pt.variant == "noisy";
+  std::optional<NoisyNeighbour> neighbour;
+  if (noisy) neighbour.emplace();
+  std::vector<double> quiet;
+  auto time_quiet_then_noisy = [&] {
+    neighbour.reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    one_call();
+    benchmark::ClobberMemory();
+    quiet.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    neighbour.emplace();
+    return time_one();
+  };
   const auto warm_t0 = std::chrono::steady_clock::now();
   one_call();  // warm: workspace and outputs touched
   const double warm = std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_t0).count();
@@ -750,8 +768,9 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     // Google Benchmark runs this once (--benchmark_min_time=0 in adaptive mode); the samples are taken here.
     for (auto _ : state)
       if (samples.empty())
-        interval = sample_adaptively([&] { return (cold ? release() : void()), time_one(); }, warm, cold, samples,
-                                     out_of_time);
+        interval = sample_adaptively(
+            [&] { return (cold ? release() : void()), noisy ? time_quiet_then_noisy() : time_one(); }, warm, cold,
+            samples, out_of_time);
   } else {
     for (auto _ : state) {
       if (cold) {
@@ -817,6 +836,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     state.counters["interval_relative_width"] =
         interval ? (interval->second - interval->first) / median(samples) : 0.0;
     recorded_samples[key].push_back(std::move(samples));
+    if (noisy) recorded_quiet[key].push_back(std::move(quiet));
   }
   if (prep.acc != p.default_accumulate) {
     state.SetLabel("accumulate " + std::string(accumulate_name(prep.acc)));

@@ -157,7 +157,9 @@ def performance_report(rows, peak, bench, folder):
                        lambda v, need=need: v >= need)
     # attn_noisy: the same forward points beside a cache-polluting neighbour, each over its quiet attn_h8 twin
     noisy = {(r["backend"], r["d"]): r for r in rows if r["family"] == "attn_noisy"}
-    retained = {k: time_ratio(h8.get((k[0], "fp32", 0, 1, k[1])), r) for k, r in noisy.items()}
+    # each over the quiet calls that alternated with it (attn-bench --adaptive), else over its attn_h8 twin
+    retained = {k: time_ratio({"samples": r["quiet_samples"]} if r.get("quiet_samples")
+                              else h8.get((k[0], "fp32", 0, 1, k[1])), r) for k, r in noisy.items()}
     if noisy:
         need = bound["noisy_neighbour_retained"]["min"]
         for d in (64, 128):
@@ -204,16 +206,21 @@ def performance_report(rows, peak, bench, folder):
     if noisy:
         lines += ["", "## Beside a noisy neighbour (fp32, 1 thread, B = 1, H = 8, n = 4096)", "",
                   "attn_noisy: each point timed while a thread on the other core sweeps a 256 MiB buffer (reading and "
-                  "writing every cache line), against the same point without it (attn_h8) in this run. Retained: the "
+                  "writing every cache line), against the same calls without it: the quiet calls that alternated "
+                  "with the noisy ones (one before each sample), else the attn_h8 point of this run. Retained: the "
                   "rate beside the neighbour over the quiet rate, with the bootstrap interval of the ratio of medians.",
-                  "", "| backend | d | quiet GFLOP/s | beside the neighbour | retained | 95% interval |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "", "| backend | d | quiet GFLOP/s | beside the neighbour | retained | 95% interval | quiet from |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
         for (b, d), r in sorted(noisy.items()):
-            quiet, kept = rate_estimate(h8.get((b, "fp32", 0, 1, d))), retained[(b, d)]
+            own = bool(r.get("quiet_samples"))
+            twin = {"samples": r["quiet_samples"], "flop_per_call": r["flop_per_call"]} if own else h8.get(
+                (b, "fp32", 0, 1, d))
+            quiet, kept = rate_estimate(twin), retained[(b, d)]
+            src = "alternating calls" if own else "attn_h8"
             lines.append(f"| {b} | {d} | {quiet['value']:.1f} | {rate_estimate(r)['value']:.1f} | "
                          + (f"{kept['value']:.3f}x | {kept['interval'][0]:.3f} ... {kept['interval'][1]:.3f}"
-                            if kept and kept["interval"] else "- | -") + " |" if quiet else
-                         f"| {b} | {d} | not measured | {rate_estimate(r)['value']:.1f} | - | - |")
+                            if kept and kept["interval"] else "- | -") + f" | {src} |" if quiet else
+                         f"| {b} | {d} | not measured | {rate_estimate(r)['value']:.1f} | - | - | - |")
     if mem:
         lines += ["", f"## {fused}'s extra memory against n (fp32, d = 64, 1 thread)", "",
                   "Peak heap of one cold call less the returned output tensor.", "",
