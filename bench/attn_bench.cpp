@@ -90,7 +90,7 @@ struct Profile {
   // The backward of the GEMM backends (attn_bwd beyond the fused one) and the forward + backward family: the
   // backward table's rows, no target's (off in the quick profile, which keeps the targets' points).
   bool bwd_gemm = true, fwdbwd = true;
-  // The backward in the narrow precisions (attn_bwd bf16, fp16; off in quick), and the plugins' causal attn_h8
+  // The backward in the narrow precisions (attn_bwd bf16, fp16: the backward_narrow_over_fp32 target's points), and the plugins' causal attn_h8
   // points (on in quick: the peers' causal row of the targets, forward_over_fastest_peer).
   bool bwd_narrow = true, plugin_h8_causal = true;
   // The exact (50-digit) backend in every precision, else in fp64 only (smoke: its other precisions were 24 s of
@@ -129,7 +129,7 @@ Profile profile(const std::string& name) {
     // attention, decode steps up to n_kv = 32768); the rest is in full.
     p.var_n = 2048;
     p.decode_n_kv = {1024, 8192, 32768};
-    p.bwd_gemm = p.fwdbwd = p.bwd_narrow = false;
+    p.bwd_gemm = p.fwdbwd = false;
     p.bwd_n = {4096};
     return p;
   }

@@ -305,6 +305,29 @@ class ReportTest(unittest.TestCase):
         self.assertRegex(perf, r"\| decode: streaming bf16, 1 thread, n_kv = 131072 \(H = 32, H_kv = 8, d = 128\): K/V "
                                r"GB/s as a fraction of the measured read bandwidth \| 50% \| [^|]* \| >= 70% \| MISSED")
 
+    def test_the_narrow_backward_is_judged_against_fp32(self):
+        # attn_bwd at n = 4096, d = 64: streaming fp32 10 ms a call, bf16 8 ms (1.25x: met), fp16 11 ms (0.909x:
+        # MISSED against 1.0x); d = 128 has no narrow rows: "not measured", never a verdict
+        with open(os.path.join(self.data, "bench.json")) as f:
+            bench = json.load(f)
+        tight = [0.97, 0.98, 0.99, 0.995, 1.0, 1.005, 1.01, 1.02, 1.03]
+        for p, t in (("fp32", 0.010), ("bf16", 0.008), ("fp16", 0.011)):
+            bench["benchmarks"].append({"name": f"attn_bwd/streaming/{p}/causal:0/threads:1/n:4096/d:64",
+                                        "run_type": "iteration", "repetition_index": 0, "seconds_per_call": t,
+                                        "seconds_median": t, "FLOP/s": 1e9, "peak_heap_bytes": 1,
+                                        "workspace_model_bytes": 1, "samples": [t * f for f in tight]})
+        with open(os.path.join(self.data, "bench.json"), "w") as f:
+            json.dump(bench, f)
+        final, _ = report.make_report(self.data, self.out, "test", stamp="narrowbwd")
+        with open(os.path.join(final, "performance.md")) as f:
+            text = f.read()
+        self.assertRegex(text, r"\| backward: streaming bf16 \(fp32 accumulation\), d = 64, 1 thread: rate over fp32 "
+                               r"\| 1\.2500x \| [^|]* \| >= 1\.00x \| met")
+        self.assertRegex(text, r"\| backward: streaming fp16 \(fp32 accumulation\), d = 64, 1 thread: rate over fp32 "
+                               r"\| 0\.9091x \| [^|]* \| >= 1\.00x \| MISSED")
+        self.assertRegex(text, r"\| backward: streaming fp16 \(fp32 accumulation\), d = 128, 1 thread: rate over fp32 "
+                               r"\| not measured")
+
     def test_plugins_verdicts_speed_and_accuracy(self):
         # A plugin row (trait plugin) at attn_h8 fp32 d = 64 taking 30 ms against streaming's 10 ms: 3.00x;
         # its accuracy points (one within the tight tolerance, one at twice it); a verdict with one failed cell.

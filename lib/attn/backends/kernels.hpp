@@ -6,6 +6,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string_view>
 #include <type_traits>
@@ -97,6 +99,21 @@ const A* as_accumulate(const S* src, std::size_t n, A* buf) {
   } else {
     for (std::size_t i = 0; i < n; ++i) buf[i] = convert<A>(src[i]);
     return buf;
+  }
+}
+
+// Rows of d bf16 values as ceil(d/2) pairs each (32-bit words, the low half
+// first, 0 past d): the operand form of the bf16 dot products (simd.hpp's
+// gemm_bf16); rows whose width is even are their own pairs, copied whole.
+inline void bf16_as_pairs(const bf16* src, std::size_t rows, std::size_t d, std::uint32_t* out) {
+  const std::size_t dp = (d + 1) / 2;
+  if (d % 2 == 0) {
+    std::memcpy(out, src, rows * d * sizeof(bf16));
+    return;
+  }
+  for (std::size_t r = 0; r < rows; ++r) {
+    out[r * dp + dp - 1] = 0;
+    std::memcpy(out + r * dp, src + r * d, d * sizeof(bf16));
   }
 }
 

@@ -237,11 +237,8 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   auto load_q = [&](const Block& blk, A* q_buf) -> const A* {
     if (dot16 && !decoding(blk)) {  // rows of d_k bf16 values as dp pairs, 0 past d_k (a decode step reads fp32)
       if constexpr (T::micro && std::is_same_v<S, bf16>)
-        for (std::size_t r_ = 0; r_ < blk.positions * g; ++r_) {
-          std::uint32_t* dst = words(q_buf) + r_ * dp;
-          dst[dp - 1] = 0;
-          std::memcpy(dst, &in.q(blk.b, head_of(blk, r_), query_of(blk, r_), 0), d_k * sizeof(bf16));
-        }
+        for (std::size_t r_ = 0; r_ < blk.positions * g; ++r_)
+          bf16_as_pairs(&in.q(blk.b, head_of(blk, r_), query_of(blk, r_), 0), 1, d_k, words(q_buf) + r_ * dp);
       return q_buf;
     }
     if (g == 1) return as_accumulate(&in.q(blk.b, blk.h0, blk.i0, 0), blk.positions * d_k, q_buf);
@@ -470,6 +467,14 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 // g n_q x d_k buffer per worker in the accumulation type (the size of the
 // gradient itself). D_i is computed once per row, before the key blocks, into
 // g n_q values per worker (the same dot as before, so the same bits).
+// Q and dO of the K/V head's g query heads are read as the products need
+// them once per K/V head, before the key blocks: in place when stored in the
+// accumulation type, else widened once (g n_q (d_k + d_v) values per worker).
+// bf16 storage where the CPU has AVX512_BF16 (Tiles::dot_bf16) forms
+// S = Q K^T and dP = dO V^T as bf16 dot products on Q, K, dO and V as
+// stored (exact products, fp32 sums, subnormals flushed: the forward's
+// Result::rounding, which the gradients' bounds take, says so; P is not
+// rounded here); the other three products read P and dS in fp32.
 
 template <class S, class A>
 std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b_c) {
@@ -477,9 +482,9 @@ std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b
   return 3 * piece_bytes<A>(b_r * b_c) + piece_bytes<A>(b_c * s.d_k) + piece_bytes<A>(b_c * s.d_v) +
          piece_bytes<A>(T::k_count(b_c, s.d_k)) + piece_bytes<A>(T::k_count(b_c, s.d_v)) +
          piece_bytes<A>(T::v_count(b_c, s.d_k)) + piece_bytes<A>(T::v_count(b_r, s.d_k)) +
-         piece_bytes<A>(T::v_count(b_r, s.d_v)) + piece_bytes<A>(widen_count<A, S>(b_r * s.d_k)) +
-         piece_bytes<A>(widen_count<A, S>(b_r * s.d_v)) + piece_bytes<A>(b_r) + piece_bytes<A>(s.group() * s.n_q) +
-         piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k));
+         piece_bytes<A>(T::v_count(b_r, s.d_v)) + piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k)) +
+         piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_v)) + piece_bytes<A>(b_r) +
+         piece_bytes<A>(s.group() * s.n_q) + piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k));
 }
 
 std::size_t backward_workers(const Shape& s, const Options& opt) {
@@ -508,7 +513,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
                     sh.batch * sh.heads * n_q * n_kv * sizeof(double));
   const std::size_t n_workers = backward_workers(sh, opt);
   struct Scratch {
-    A *P, *dS, *T_ij, *dK_j, *dV_j, *K_keys, *V_keys, *K_vals, *Q_vals, *dO_vals, *q_buf, *do_buf, *lse, *D, *dq_acc;
+    A *P, *dS, *T_ij, *dK_j, *dV_j, *K_keys, *V_keys, *K_vals, *Q_vals, *dO_vals, *q_head, *do_head, *lse, *D, *dq_acc;
   };
   Arena arena(ws, bytes);
   std::vector<Scratch> scratch(n_workers);
@@ -523,8 +528,9 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
     w.K_vals = arena.take<A>(T::v_count(B_c, d_k));  // K_j as the B of dQ += dS K
     w.Q_vals = arena.take<A>(T::v_count(B_r, d_k));  // Q_i as the B of dK += dS^T Q
     w.dO_vals = arena.take<A>(T::v_count(B_r, d_v));  // dO_i as the B of dV += P^T dO
-    w.q_buf = arena.take<A>(widen_count<A, S>(B_r * d_k));
-    w.do_buf = arena.take<A>(widen_count<A, S>(B_r * d_v));
+    // the K/V head's Q and dO widened (or as bf16 pairs: ceil(d / 2) words a row, no more than d floats)
+    w.q_head = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));
+    w.do_head = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_v));
     w.lse = arena.take<A>(B_r);
     w.D = arena.take<A>(sh.group() * n_q);  // D_i of every row of the K/V head's g query heads
     w.dq_acc = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));
@@ -540,6 +546,9 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
   const A minus_inf = neg_infinity<A>();
 
   const std::size_t g_heads = sh.group();
+  const bool dot16 = T::dot_bf16();
+  const std::size_t dp_k = (d_k + 1) / 2, dp_v = (d_v + 1) / 2;  // bf16 pairs a row
+  auto words = [](A* p) { return reinterpret_cast<std::uint32_t*>(p); };
   auto kv_head = [&](std::size_t item, std::size_t worker) {
     const Scratch& w = scratch[worker];
     const std::size_t b = item / sh.kv_head_count(), hk = item % sh.kv_head_count();
@@ -553,11 +562,35 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
     for (std::size_t x = 0; x < g_heads; ++x)
       for (std::size_t i = 0; i < n_q; ++i)
         w.D[x * n_q + i] = dot_loops<A>(&d_out(b, hk * g_heads + x, i, 0), &saved.out(b, hk * g_heads + x, i, 0), d_v);
+    // Q and dO of the g heads (adjacent in memory), row i of head h0 + x at
+    // (x n_q + i) d (pairs: dp); as pairs or widened once
+    const S* q_src = &in.q(b, hk * g_heads, 0, 0);
+    const S* do_src = &d_out(b, hk * g_heads, 0, 0);
+    const A* Q_h = nullptr;
+    const A* dO_h = nullptr;
+    if (dot16) {
+      if constexpr (std::is_same_v<S, bf16>) {
+        bf16_as_pairs(q_src, g_heads * n_q, d_k, words(w.q_head));
+        bf16_as_pairs(do_src, g_heads * n_q, d_v, words(w.do_head));
+      }
+    } else {
+      Q_h = as_accumulate(q_src, g_heads * n_q * d_k, w.q_head);
+      dO_h = as_accumulate(do_src, g_heads * n_q * d_v, w.do_head);
+    }
 
     for (std::size_t j0 = 0; j0 < n_kv; j0 += B_c) {
       const std::size_t cols = std::min(B_c, n_kv - j0);
-      const A* K_keys = T::load_k(&in.k(b, hk, j0, 0), cols, d_k, w.K_keys);
-      const A* V_keys = T::load_k(&in.v(b, hk, j0, 0), cols, d_v, w.V_keys);
+      const A* K_keys = nullptr;
+      const A* V_keys = nullptr;
+      if (dot16) {
+        if constexpr (std::is_same_v<S, bf16>) {
+          attn::simd().pack_keys_bf16(&in.k(b, hk, j0, 0), cols, d_k, words(w.K_keys));
+          attn::simd().pack_keys_bf16(&in.v(b, hk, j0, 0), cols, d_v, words(w.V_keys));
+        }
+      } else {
+        K_keys = T::load_k(&in.k(b, hk, j0, 0), cols, d_k, w.K_keys);
+        V_keys = T::load_k(&in.v(b, hk, j0, 0), cols, d_v, w.V_keys);
+      }
       const A* K_vals = T::load_v(&in.k(b, hk, j0, 0), cols, d_k, w.K_vals);
       std::fill(w.dK_j, w.dK_j + cols * d_k, zero);
       std::fill(w.dV_j, w.dV_j + cols * d_v, zero);
@@ -569,13 +602,20 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           const RowSpan rs = rows_seeing(mask, b, i0, std::min(B_r, n_q - i0), j0, cols);
           if (rs.size() == 0) continue;
           const std::size_t r0 = i0 + rs.first, rows = rs.size();
-          const A* Q_i = as_accumulate(&in.q(b, h, r0, 0), rows * d_k, w.q_buf);
-          const A* dO_i = as_accumulate(&d_out(b, h, r0, 0), rows * d_v, w.do_buf);
+          const std::size_t row = x * n_q + r0;  // of the head's Q and dO
 
           // S = scale Q_i K_j^T (+ soft-cap, ALiBi, mask);  P = exp(S - lse_i), 0 on a fully masked row
-          T::scores(Q_i, K_keys, w.P, rows, cols, d_k, scale);
           // dP = dO_i V_j^T
-          T::scores(dO_i, V_keys, w.dS, rows, cols, d_v, one);
+          if (dot16) {
+            if constexpr (T::micro && std::is_same_v<S, bf16>) {
+              const SimdKernels& v = attn::simd();
+              v.gemm_bf16(words(w.q_head) + row * dp_k, dp_k, words(w.K_keys), w.P, cols, rows, cols, dp_k, scale, false);
+              v.gemm_bf16(words(w.do_head) + row * dp_v, dp_v, words(w.V_keys), w.dS, cols, rows, cols, dp_v, one, false);
+            }
+          } else {
+            T::scores(Q_h + row * d_k, K_keys, w.P, rows, cols, d_k, scale);
+            T::scores(dO_h + row * d_v, V_keys, w.dS, rows, cols, d_v, one);
+          }
           for (std::size_t r_ = 0; r_ < rows; ++r_) {
             const std::size_t i = r0 + r_;
             A* p = w.P + r_ * cols;

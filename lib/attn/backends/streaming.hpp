@@ -12,7 +12,8 @@
 // (and widened from bf16/fp16) once per tile; where the CPU has AVX512_BF16
 // (the avx512bf16 kernel variant) bf16 storage's forward tiles are bf16 dot
 // products instead, P~ rounded to bf16 before P V (Result::rounding says so;
-// the bounds take it); other accumulation types use the shared GEMM/loop tiles. Tunables: B_q (Options::block_q), B_k
+// the bounds take it), and so are the backward's S = Q K^T and dP = dO V^T;
+// other accumulation types use the shared GEMM/loop tiles. Tunables: B_q (Options::block_q), B_k
 // (Options::block_k); the defaults are measured per instruction set at B = 1,
 // H = 8, n = 4096 (simd/variant_*.cpp, docs/performance.md). Key blocks no query of the
 // block can see (causal, window, padding) are skipped, and rows of a tile

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -25,10 +26,16 @@ constexpr std::size_t piece_bytes(std::size_t n) {
 
 class Workspace {
  public:
-  // At least `bytes` of aligned scratch; reallocates only to grow.
+  // At least `bytes` of aligned scratch; reallocates only to grow. Fresh
+  // scratch is filled with 0xFF bytes (NaN as float, double, bf16 and fp16),
+  // not left as the zero pages the OS hands out: a kernel that reads scratch
+  // it never wrote (a pad it forgot to clear) then returns NaN, which every
+  // check sees, instead of a right answer by luck of fresh memory. The fill
+  // is the first touch a call pays anyway, once per growth.
   std::byte* reserve(std::size_t bytes) {
     if (bytes > capacity_) {
       data_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{workspace_alignment})));
+      std::memset(data_.get(), 0xFF, bytes);
       capacity_ = bytes;
     }
     return data_.get();

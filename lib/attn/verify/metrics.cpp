@@ -239,6 +239,7 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
 // than FLT_MIN: |scale| d_k FLT_MIN (max|Q| + max|K| + 1).
 struct KernelTerms {
   double u_weights = 0, ds_flush = 0;
+  double dp_flush = 0;  // the backward's dP = dO V^T likewise: d_v FLT_MIN (max|dO| + max|V| + 1)
 };
 KernelTerms kernel_terms(const Inputs<double>& in, const Options& opt, const KernelRounding& k) {
   KernelTerms t{k.u_weights, 0.0};
@@ -596,7 +597,7 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
   const double n_kv = m.n_kv, n_q = double(sh.n_q * sh.group()), d_v = double(sh.d_v);
   const double e_p = std::max(std::expm1(2 * f.score) + g(2 * n_kv + 8), std::expm1(f.score + f.lse) + 2 * u_acc);
   const double p1 = gm.a1 * m.max_v;
-  const double e_dp = g(d_v) * p1;
+  const double e_dp = g(d_v) * p1 + kt.dp_flush;
   const double e_d = std::max(gm.a1 * (f.out + g(d_v) * m.max_v), (e_p + g(n_kv)) * p1 + e_dp);
   b.eps_s = (e_p + g(2)) * 2 * p1 + e_dp + e_d;
   if (opt.softcap)
@@ -627,8 +628,10 @@ GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<doubl
                                double failure_probability) {
   const Shape sh = in.shape();
   const Magnitudes m = magnitudes(in, opt);
-  const KernelTerms kt = kernel_terms(in, opt, kernel);
+  KernelTerms kt = kernel_terms(in, opt, kernel);
   const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt, m.rows, u_acc > 0 ? kernel.u_weights / u_acc : 0.0);
+  if (kernel.flushes_subnormals)
+    kt.dp_flush = double(sh.d_v) * double(std::numeric_limits<float>::min()) * (gm.max_do + m.max_v + 1);
   GradientBounds b;
   b.worst = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); }, kt);
   // One bound per gradient element and per dS entry; sums of at most n + d terms.

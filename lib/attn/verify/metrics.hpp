@@ -144,7 +144,8 @@ ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_
 //   each recomputed weight, relative: |dp| <= e_p p, e_p = max(expm1(2 ds) +
 //     g(2 n_kv + 8) (the softmax), expm1(ds + lse) + 2 u_acc (from the
 //     saved logsumexp))
-//   dP_ij = dO_i . v_j:  e_dP = g(d_v) P1
+//   dP_ij = dO_i . v_j:  e_dP = g(d_v) P1 (+ d_v FLT_MIN (max|dO| + max|V|
+//     + 1) where the kernel flushes subnormals, KernelRounding, as for S)
 //   D_i from the saved output (|dO| <= out): a1 (out + g(d_v) max|V|), or
 //     as sum_j P_ij dP_ij: (e_p + g(n_kv)) P1 + e_dP; e_D = the larger
 //   dS_ij = P_ij (dP_ij - D_i), |dP - D| <= 2 P1:

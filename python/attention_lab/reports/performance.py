@@ -264,6 +264,13 @@ def backward_performance(rows, fused, peak, target, peers):
                time_ratio(get((fastest, "fp32", 0, 1, d)), get((fused, "fp32", 0, 1, d))) if fastest else None,
                f">= {bound['backward_over_fastest_peer']['min']:.2f}x", ratio,
                lambda v: v >= bound["backward_over_fastest_peer"]["min"])
+    for p in ("bf16", "fp16"):
+        for d in (64, 128):
+            target(f"backward: {fused} {p} (fp32 accumulation), d = {d}, 1 thread: rate over fp32"
+                   + (" (AVX512_BF16 dot products)" if p == "bf16" and peak.get("bf16_dot_gflops_core") else ""),
+                   time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, p, 0, 1, d))),
+                   f">= {bound['backward_narrow_over_fp32']['min']:.2f}x", ratio,
+                   lambda v: v >= bound["backward_narrow_over_fp32"]["min"])
     for d in (64, 128):
         target(f"backward: {fused} fp32, d = {d}: 2 threads over 1",
                time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 0, 2, d))),
