@@ -4,12 +4,12 @@
 namespace attn::cli {
 
 extern const Command list_command, attend_command, layer_command, demo_command, peak_command, accuracy_command,
-    entropy_command, claims_command, verify_command;
+    entropy_command, claims_command, verify_command, invariance_command;
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {list_command, attend_command,   layer_command,   demo_command,
                                              peak_command, accuracy_command, entropy_command, claims_command,
-                                             verify_command};
+                                             verify_command, invariance_command};
   return table;
 }
 

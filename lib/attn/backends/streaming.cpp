@@ -578,8 +578,17 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
       dO_h = as_accumulate(do_src, g_heads * n_q * d_v, w.do_head);
     }
 
-    for (std::size_t j0 = 0; j0 < n_kv; j0 += B_c) {
-      const std::size_t cols = std::min(B_c, n_kv - j0);
+    // Keys [lo, hi) some query of this batch entry sees (as the forward's
+    // tiles): the others' dK and dV are 0, and no tile spans them, so a
+    // padded sequence's tiles are those of the same sequence alone.
+    const auto [lo, hi] = block_keys(mask, b, 0, n_q, n_kv);
+    for (std::size_t j = 0; j < n_kv; ++j)
+      if (j < lo || j >= hi) {
+        std::fill_n(&g.dk(b, hk, j, 0), d_k, convert<S>(0.0));
+        std::fill_n(&g.dv(b, hk, j, 0), d_v, convert<S>(0.0));
+      }
+    for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
+      const std::size_t cols = std::min(B_c, hi - j0);
       const A* K_keys = nullptr;
       const A* V_keys = nullptr;
       if (dot16) {

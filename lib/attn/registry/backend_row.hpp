@@ -55,8 +55,15 @@ template <AttentionBackend B, class S, Accumulate P>
 class TypedCall final : public PreparedCall {
  public:
   TypedCall(Inputs<S> in, const Options& opt) : in_(std::move(in)), opt_(opt) {}
+  // OpenBLAS's threads for this call: Options::threads for a backend whose
+  // parallelism is OpenBLAS's (math, blocked); one inside a backend with
+  // workers of its own (streaming's GEMM tiles in fp64 or storage
+  // accumulation), whose workers already take the cores: OpenBLAS threading
+  // inside them oversubscribed the cores and made the tiles' bits depend on
+  // the thread count (attn-lab invariance, threads).
+  std::size_t blas_threads() const { return B::traits.own_threads ? 1 : opt_.threads; }
   void call() override {
-    const ScopedBlasThreads blas(B::traits.uses_blas, opt_.threads);
+    const ScopedBlasThreads blas(B::traits.uses_blas, blas_threads());
     last_ = B::template run<S, P>(in_, opt_, ws_);
   }
   void release_workspace() override { ws_ = Workspace{}; }
@@ -78,7 +85,7 @@ class TypedCall final : public PreparedCall {
       fwd.need_lse = true;
       fwd.need_weights = false;
       Workspace ws;
-      const ScopedBlasThreads blas(B::traits.uses_blas, opt_.threads);
+      const ScopedBlasThreads blas(B::traits.uses_blas, blas_threads());
       forward_ = B::template run<S, P>(in_, fwd, ws);
       validate_backward(in_, forward_.out, *forward_.lse, d_out_, opt_);
       last_ = forward_;
@@ -90,7 +97,7 @@ class TypedCall final : public PreparedCall {
   void call_backward() override {
     if constexpr (HasBackward<B>) {
       if (!forward_.lse) throw Error("call_backward() before prepare_backward()");
-      const ScopedBlasThreads blas(B::traits.uses_blas, opt_.threads);
+      const ScopedBlasThreads blas(B::traits.uses_blas, blas_threads());
       grads_ = B::template backward<S, P>(in_, Saved<S>{forward_.out, *forward_.lse}, d_out_, opt_, backward_ws_);
     } else {
       no_backward();
@@ -102,7 +109,7 @@ class TypedCall final : public PreparedCall {
       Options fwd = opt_;
       fwd.need_lse = true;
       fwd.need_weights = false;
-      const ScopedBlasThreads blas(B::traits.uses_blas, opt_.threads);
+      const ScopedBlasThreads blas(B::traits.uses_blas, blas_threads());
       forward_ = B::template run<S, P>(in_, fwd, ws_);
       grads_ = B::template backward<S, P>(in_, Saved<S>{forward_.out, *forward_.lse}, d_out_, opt_, backward_ws_);
     } else {
