@@ -64,7 +64,7 @@ BRIDGE = os.path.join(ROOT, "build", "plugins", "libattn_python.so")  # Python k
 # and the fastest CPU runtime of the committed runtime race (attention_lab.race, bench/runtime_race.json).
 PEERS = ["python:attention_lab.peers:torch_math", "python:attention_lab.peers:torch_flash"]
 PROFILES = ("smoke", "quick", "full")
-STEPS = ("verify", "entropy", "pages")  # the single steps, one item each
+STEPS = ("verify", "entropy", "invariance", "pages")  # the single steps, one item each
 # How each benchmark is timed: smoke runs the pipeline (two one-iteration repetitions, no measurement); the
 # others sample adaptively (attn-bench --adaptive: until the 95% interval of the median is at most WIDTH of it
 # wide, 6 to MAX samples, about 4 s of sampling at most), so stable long calls stop at six samples and noisy short
@@ -393,7 +393,7 @@ class ShardProgress:
     def __init__(self, line, estimates, started):
         self.units = ([("peak", "")] + [("bench", b) for b in line["bench"]]
                       + [("accuracy", a) for a in line["accuracy"]]
-                      + [("step", s) for s in ("verify", "entropy") if s in line["steps"]]
+                      + [("step", s) for s in ("verify", "entropy", "invariance") if s in line["steps"]]
                       + [("claims", c) for c in line["claims"]]
                       + [("step", "pages")] * ("pages" in line["steps"]))
         self.index = {u: k for k, u in enumerate(self.units)}
@@ -516,6 +516,15 @@ def shard_steps(line, data):
         steps.append(("entropy", "attn-lab entropy",
                       lambda: (begin("step", "entropy"),
                                run_step("entropy", [LAB, "entropy", "--out", os.path.join(data, "entropy.json")]))))
+    if "invariance" in line["steps"]:
+        def invariance():
+            begin("step", "invariance")
+            # exit 1: some comparison is BEYOND the bounds, a verdict the report shows (its problems saved)
+            status = subprocess.run([LAB, "invariance", "--profile", profile, *flags, "--out",
+                                     os.path.join(data, "invariance.json")], stdout=subprocess.DEVNULL).returncode
+            if status > 1:
+                raise StepFailed("invariance", f"attn-lab invariance exited {status}")
+        steps.append(("invariance", "attn-lab invariance: the invariance matrix", invariance))
     if line["claims"]:
         steps.append(("claims", f"attn-lab claims: {len(line['claims'])} claims",
                       lambda: run_step("claims", [LAB, "claims", "--profile", profile, "--only",
@@ -647,7 +656,7 @@ def merged_data(records, order):
         out["claims.json"] = {"kind": "claims", "profile": claims[0]["profile"],
                               "claims": sorted(listed, key=lambda c: c["id"]),
                               "retired": claims[0].get("retired", [])}  # the ledger's, the same in every shard
-    for name in ("entropy.json", "verdicts.json", "heatmaps.json", "explorer.json"):
+    for name in ("entropy.json", "verdicts.json", "invariance.json", "heatmaps.json", "explorer.json"):
         for d in datas:
             if name in d:
                 out[name] = d[name]

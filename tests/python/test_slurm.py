@@ -183,7 +183,7 @@ def check_slurm(work, bench_names):
         claims = run(os.path.join(ROOT, "build/tools/attn-lab"), "claims", "--list").stdout.split()
         got_claims = [cl["id"] for cl in json.load(open(os.path.join(data, "claims.json")))["claims"]]
         checks.record(got_claims == sorted(claims), "every claim is in the merged report")
-        checks.record(all(os.path.isfile(os.path.join(data, n)) for n in ("entropy.json", "heatmaps.json",
+        checks.record(all(os.path.isfile(os.path.join(data, n)) for n in ("entropy.json", "invariance.json", "heatmaps.json",
                                                                          "explorer.json", "verdicts.json",
                                                                          "peak.json", "build.json")),
                       "the single steps' data are in the merged report")

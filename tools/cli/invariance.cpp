@@ -46,7 +46,10 @@ int run(const Args& args) {
                                   precisions_asked = split_list(args.str("--precision"));
   for (const std::string& b : backends) backend_info(b);  // an unknown name: one error listing the known ones
   for (const std::string& p : precisions_asked) precision_info(p);
-  for (const std::string& id : only) {
+  const std::vector<std::string> required = split_list(args.str("--require-bitwise"));
+  std::vector<std::string> named = only;
+  named.insert(named.end(), required.begin(), required.end());
+  for (const std::string& id : named) {
     bool known = false;
     for (const Invariance& inv : invariance::invariances()) known |= inv.id == id;
     if (!known) {
@@ -56,6 +59,9 @@ int run(const Args& args) {
     }
   }
   const std::uint64_t seed = args.count("--seed", 39);
+  const std::string profile = args.str("--profile", "quick");
+  if (profile != "smoke" && profile != "quick" && profile != "full")
+    throw Error("--profile must be smoke, quick or full, not '" + profile + "'");
   const fs::path out(args.str("--out"));
   const fs::path examples = (out.has_parent_path() ? out.parent_path() : fs::path(".")) / "invariance-counterexamples";
   std::fprintf(stderr, "invariance: seed %llu; kernels %s\n", static_cast<unsigned long long>(seed),
@@ -67,13 +73,15 @@ int run(const Args& args) {
       table.push_back({{"id", inv.id}, {"name", inv.name}, {"what", inv.what}, {"forward", inv.forward},
                        {"backward", inv.backward}});
   Json cells = Json::array();
-  std::size_t beyond = 0;
+  std::size_t beyond = 0, not_bitwise = 0;
   for (const BackendInfo& b : all_backends()) {
     // the 50-digit truth is exact by construction (and minutes a problem); others only when asked for
     if (backends.empty() ? b.traits.exact : !listed(backends, b.name)) continue;
     for (const PrecisionInfo& p : precisions()) {
       if (!listed(precisions_asked, p.name)) continue;
       for (Accumulate acc : accumulate_policies()) {
+        // smoke: fp32 and bf16 storage, each in its own default accumulation
+        if (profile == "smoke" && ((p.name != "fp32" && p.name != "bf16") || acc != p.default_accumulate)) continue;
         for (bool backward : {false, true}) {
           std::fprintf(stderr, "invariance: %s %s accumulate %s %s\n", b.name.c_str(), std::string(p.name).c_str(),
                        std::string(accumulate_name(acc)).c_str(), backward ? "backward" : "forward");
@@ -93,6 +101,7 @@ int run(const Args& args) {
               // bounds at or above the values compared: "within" could not have failed
               if (o.verdict == Verdict::within) cell["informative"] = o.tolerance < o.max_abs;
               if (!o.first.empty()) cell["first"] = o.first;
+              if (!o.note.empty()) cell["note"] = o.note;
               if (o.verdict == Verdict::beyond) {
                 ++beyond;
                 cell["counterexample"] = save_counterexample(
@@ -104,6 +113,9 @@ int run(const Args& args) {
               cell["verdict"] = "not applicable";
               cell["reason"] = e.what();
             }
+            if (listed(required, inv.id) && !required.empty() && cell["verdict"] != "bitwise" &&
+                cell["verdict"] != "not applicable")
+              ++not_bitwise;
             std::printf("%-10s %-5s %-8s %-8s %-12s %s\n", b.name.c_str(), std::string(p.name).c_str(),
                         std::string(accumulate_name(acc)).c_str(), backward ? "backward" : "forward", inv.id.c_str(),
                         std::string(cell["verdict"]).c_str());
@@ -115,6 +127,7 @@ int run(const Args& args) {
   }
   const Json doc = {{"kind", "invariance"},
                     {"seed", seed},
+                    {"profile", profile},
                     {"simd", attn::simd().id},
                     {"blas", blas_info()},
                     {"cores", std::thread::hardware_concurrency()},
@@ -123,31 +136,37 @@ int run(const Args& args) {
   write_file_atomic(out.string(), dump(doc) + "\n");
   if (beyond) std::fprintf(stderr, "invariance: %zu comparison(s) BEYOND the bounds; counterexamples in %s\n", beyond,
                            examples.string().c_str());
-  return beyond ? 1 : 0;
+  if (not_bitwise)
+    std::fprintf(stderr, "invariance: %zu comparison(s) of --require-bitwise %s not bitwise\n", not_bitwise,
+                 args.str("--require-bitwise").c_str());
+  return beyond || not_bitwise ? 1 : 0;
 }
 
 }  // namespace
 
 extern const Command invariance_command = {
     "invariance",
-    "  attn-lab invariance --out FILE.json [--backend B,..] [--precision P,..] [--only ID,..]\n"
+    "  attn-lab invariance --out FILE.json [--profile smoke|quick] [--backend B,..] [--only ID,..]\n"
     "                             whether each backend's results change with the run, the thread\n"
     "                             count, the batch, the query block, the key split, GQA: bitwise,\n"
     "                             within the bounds, or BEYOND them, forward and backward\n",
-    R"(attn-lab invariance --out FILE.json [--backend B,..] [--precision P,..] [--only ID,..] [--seed S]
+    R"(attn-lab invariance --out FILE.json [--profile smoke|quick|full] [--backend B,..] [--precision P,..]
+                    [--only ID,..] [--seed S]
 The invariance matrix (lib/attn/verify/invariance.hpp): for every backend (default: all but the 50-digit
 truth; any --plugin's kernels too) x storage precision x accumulation x pass (forward, backward), each
 invariance computes the same rows two or more ways on fixed problems (seed S, default 39) and compares them
-element by element: bitwise (every bit the same), within bounds (they differ, each element by no more than
+element by element (--profile smoke: fp32 and bf16 storage in their default accumulation only; quick and
+full, the default: every storage and accumulation): bitwise (every bit the same), within bounds (they differ, each element by no more than
 the two runs' probabilistic bounds), or BEYOND (a defect; the problem is saved as q.npy, k.npy, v.npy with
 case.json in invariance-counterexamples/ beside FILE). A pair the backend cannot run is not applicable.
 Invariances (--only): run_to_run, threads, batch, query_block, key_split, gqa. Writes FILE atomically
-(--force replaces it); exit 1 if any comparison is BEYOND.
+(--force replaces it); exit 1 if any comparison is BEYOND, or (--require-bitwise ID,..) if one of the named
+invariances is not bitwise (a backend's documented invariances as a check: scripts/mutate runs streaming's).
 
 examples:
   attn-lab invariance --backend streaming --precision fp32 --only threads,batch --out invariance.json
 )",
-    {"--out", "--backend", "--precision", "--only", "--seed"},
+    {"--out", "--backend", "--precision", "--only", "--seed", "--profile", "--require-bitwise"},
     {"--force"},
     run};
 

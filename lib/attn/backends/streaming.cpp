@@ -107,13 +107,27 @@ struct Tiles {
 //   order may depend on the row count, or loops) keep one head per block.
 //   Split-KV (flash-decoding): the key tiles of a block in `splits` chunks,
 //   each its own work item with its own partial (m, l, O / l); a second pass
-//   merges a block's partials in split order: bitwise independent of the
-//   thread count. Options::kv_splits, or (0) chosen so that there are at
-//   least 16 work items (or `threads`, when more) while each chunk keeps at
-//   least 4 key tiles: the split depends on the threads only beyond 16.
+//   merges a block's partials in split order (skipping empty ones).
+//   Options::kv_splits, or (0) chosen from one sequence's own blocks (its
+//   heads' query blocks): at least 16 work items per sequence while each
+//   chunk keeps at least 4 key tiles. A block splits its own visible keys
+//   (its sequence's mask) into chunks(): never from the batch around it or
+//   the thread count, so a sequence's result is bitwise the same alone or
+//   in any batch, on any number of threads (attn-lab invariance; before,
+//   the count came from the whole batch's blocks and from the threads
+//   beyond 16: a decode step's bits depended on the batch size). The price:
+//   a batch of many short decode steps splits as one sequence would, a few
+//   more partials to merge (docs/performance.md, section 22).
 struct Plan {
   std::size_t stack = 1, positions = 1, rows = 1;  // heads per block (g or 1); rows = stack positions
-  std::size_t q_blocks = 1, splits = 1, blocks = 1, items = 1, workers = 1;
+  std::size_t q_blocks = 1, splits = 1, blocks = 1, items = 1, workers = 1;  // splits: items per block
+  bool explicit_splits = false;
+  // The chunks of a block whose visible keys span `tiles` key tiles (the
+  // items of split >= chunks() do nothing): an explicit count at most one
+  // tile a chunk; the automatic one at least 4 tiles a chunk.
+  std::size_t chunks(std::size_t tiles) const {
+    return std::clamp<std::size_t>(std::min(splits, explicit_splits ? tiles : tiles / 4), 1, splits);
+  }
 };
 
 template <class S, class A>
@@ -125,13 +139,14 @@ Plan plan(const Shape& s, const Options& opt, std::size_t block_q, std::size_t b
   p.q_blocks = (s.n_q + p.positions - 1) / p.positions;
   p.blocks = s.batch * (s.heads / p.stack) * p.q_blocks;
   const std::size_t b_c = std::min(block_k, s.n_kv), tiles = (s.n_kv + b_c - 1) / b_c;
+  p.explicit_splits = opt.kv_splits > 0;
   if (opt.kv_splits) {
     p.splits = opt.kv_splits;
   } else {
-    const std::size_t target = std::max<std::size_t>(16, opt.threads);
-    p.splits = p.blocks >= target ? 1 : std::min((target + p.blocks - 1) / p.blocks, std::max<std::size_t>(1, tiles / 4));
+    const std::size_t per_sequence = (s.heads / p.stack) * p.q_blocks;
+    p.splits = per_sequence >= 16 ? 1 : std::min((16 + per_sequence - 1) / per_sequence, std::max<std::size_t>(1, tiles / 4));
   }
-  p.splits = std::clamp<std::size_t>(p.splits, 1, tiles);
+  p.splits = std::clamp<std::size_t>(p.splits, 1, tiles);  // (a block's own chunks() are at most as many)
   p.items = p.blocks * p.splits;
   p.workers = std::max<std::size_t>(1, std::min(opt.threads, p.items));
   return p;
@@ -290,8 +305,9 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     // Keys [lo, hi) some query of the block may see, in key tiles; this split's share of them.
     const auto [lo, hi] = block_keys(mask, blk.b, blk.i0, blk.positions, n_kv);
     const std::size_t tiles = (hi - lo + B_c - 1) / B_c;
-    const std::size_t j_begin = std::min(hi, lo + tiles * split / p.splits * B_c);
-    const std::size_t j_end = std::min(hi, lo + tiles * (split + 1) / p.splits * B_c);
+    const std::size_t chunks = p.chunks(tiles);
+    const std::size_t j_begin = split < chunks ? std::min(hi, lo + tiles * split / chunks * B_c) : hi;
+    const std::size_t j_end = split < chunks ? std::min(hi, lo + tiles * (split + 1) / chunks * B_c) : hi;
     // The sink starts each row (in the first split) as a key of score sink_h
     // and value 0: m_i = sink_h, l_i = 1 (without a sink, -inf and 0).
     for (std::size_t r_ = 0; r_ < rows; ++r_) {

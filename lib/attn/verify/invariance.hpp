@@ -53,6 +53,7 @@ struct Outcome {
   // options of its first computation: the counterexample, saved by the CLI.
   Inputs<double> problem;
   std::string pair;  // "1 thread vs 2", ...
+  std::string note;  // a pair left out, and why (a plugin without key padding)
 };
 
 struct Invariance {

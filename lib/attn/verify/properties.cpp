@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numeric>
 
+#include <xtensor/xview.hpp>
+
 namespace attn::props {
 
 namespace {
@@ -958,6 +960,76 @@ ATTN_PROPERTY(documents_equal_separate_runs, "documents = separate runs", 3e5, b
         t0 = t1;
       }
   });
+}
+
+// Batch invariance: each sequence of the batch computed alone (its own
+// Q, K, V, its key-padding length and document ids; the broadcast masks,
+// sinks and slopes as they are) gives the same bits as inside the batch,
+// output and logsumexp, and in the backward dQ of its rows and dK, dV of
+// its keys: no backend's reduction order may depend on what else is in the
+// batch (FlashAttention issue 1897, FlashInfer's batch-invariance tests;
+// attn-lab invariance's `batch`). Cases of one sequence get a second one.
+namespace {
+Inputs<double> batch_entry(const Inputs<double>& in, std::size_t bb) {
+  return {xt::xtensor<double, 4>(xt::view(in.q, xt::range(bb, bb + 1))),
+          xt::xtensor<double, 4>(xt::view(in.k, xt::range(bb, bb + 1))),
+          xt::xtensor<double, 4>(xt::view(in.v, xt::range(bb, bb + 1)))};
+}
+Options entry_options(const Options& opt, std::size_t bb) {
+  Options own = opt;
+  if (const auto* pad = std::get_if<mask::KeyPadding>(&opt.mask)) own.mask = mask::KeyPadding{{pad->valid_length[bb]}};
+  if (own.segments && own.segments->shape(0) > 1) own.segments = Segments(xt::view(*opt.segments, xt::range(bb, bb + 1), xt::all()));
+  return own;
+}
+// Every element of a[0] bitwise equal to b[bb] (NaN equal to NaN), the first difference logged.
+template <class T>
+void same_bits(std::string_view what, const T& a, const T& b, std::size_t bb) {
+  const std::size_t n = a.size();
+  for (std::size_t x = 0; x < n; ++x) {
+    const double p = a.data()[x], q = b.data()[bb * n + x];
+    if (p == q || (std::isnan(p) && std::isnan(q))) continue;
+    RC_LOG() << what << " of batch entry " << bb << ", flat element " << x << ": alone " << p << ", in the batch " << q << "\n";
+    RC_FAIL("a sequence's " + std::string(what) + " depends on the batch around it");
+  }
+}
+}  // namespace
+
+ATTN_PROPERTY(batch_invariant, "a sequence alone = in the batch (bitwise)", 3e5, b, c0) {
+  Case c = c0;
+  if (c.shape.batch == 1) {
+    c.shape.batch = 2;
+    if (c.mask == MaskKind::keypad) c.valid_length.push_back(std::max<std::size_t>(1, c.shape.n_kv / 2));
+  }
+  for_each_precision(b, c, false, [&](const Run& run) {
+    for (std::size_t bb = 0; bb < run.in.shape().batch; ++bb) {
+      const Inputs<double> one = batch_entry(run.in, bb);
+      Case alone = c;
+      alone.shape = one.shape();
+      const Options own = entry_options(run.opt, bb);
+      const Run a = run_case(b, alone, run.precision, false, &own, &one);
+      RC_ASSERT(a.ok);
+      same_bits("output", a.r.out, run.r.out, bb);
+      same_bits("logsumexp", lse_of(a), lse_of(run), bb);
+    }
+  });
+  if (!b.has_backward) return;
+  for (const PrecisionInfo& p : precisions()) {
+    if (!only_precision().empty() && only_precision() != p.name) continue;
+    const BackwardRun all = run_backward_case(b, c, p.name);
+    if (!all.ok) continue;
+    for (std::size_t bb = 0; bb < all.in.shape().batch; ++bb) {
+      const Inputs<double> one = batch_entry(all.in, bb);
+      const xt::xtensor<double, 4> d_one = xt::view(all.d_out, xt::range(bb, bb + 1));
+      Case alone = c;
+      alone.shape = one.shape();
+      const Options own = entry_options(all.opt, bb);
+      const BackwardRun a = run_backward_case(b, alone, p.name, &own, &one, &d_one);
+      RC_ASSERT(a.ok);
+      same_bits("dQ", a.r.grads.dq, all.r.grads.dq, bb);
+      same_bits("dK", a.r.grads.dk, all.r.grads.dk, bb);
+      same_bits("dV", a.r.grads.dv, all.r.grads.dv, bb);
+    }
+  }
 }
 
 // Split-KV (flash-decoding): the keys in 1, 2, 3 or 7 chunks per query

@@ -30,6 +30,7 @@ from attention_lab.reports.accuracy import accuracy_report
 from attention_lab.reports.claims import claims_report
 from attention_lab.reports.common import INPUTS, OPTIONAL_INPUTS, PAGE_INPUTS, ReportError, SWEEP_INPUTS, backends_with, bench_rows, load, require
 from attention_lab.reports.entropy import entropy_report
+from attention_lab.reports.invariance import invariance_report
 from attention_lab.reports.memory import memory_report
 from attention_lab.reports.performance import performance_report
 from attention_lab.reports.plugins import plugins_report
@@ -69,6 +70,8 @@ REPORTS = [
     Report("accuracy", "error vs n, logit scale, precision and accumulation",
            lambda d, folder: accuracy_report(d["accuracy.json"], folder), ["accuracy.json"]),
     Report("entropy", "EXAMPLES.md E7", lambda d, folder: entropy_report(d["entropy.json"], folder), ["entropy.json"]),
+    Report("invariance", "run to run, threads, batch, query block, key split, GQA: bitwise, within the bounds or beyond",
+           lambda d, folder: invariance_report(d.get("invariance.json"), folder)),
     Report("claims", "the claims ledger, each claim with its criterion and verdict",
            lambda d, folder: claims_report(d["claims.json"], folder), ["claims.json"]),
     Report("plugins", "kernels from plugin libraries (PyTorch's among them): verify's verdicts, speed beside ours, accuracy",

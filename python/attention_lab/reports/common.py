@@ -18,8 +18,9 @@ SWEEP_INPUTS = ["accuracy.json", "entropy.json", "claims.json"]
 # Optional inputs of index.html (python3 -m attention_lab.reports collect writes them).
 PAGE_INPUTS = ["heatmaps.json", "explorer.json"]
 
-# Optional inputs of the reports: attn-lab verify's verdicts (a list), when scripts/run verified plugins.
-OPTIONAL_INPUTS = ["verdicts.json"]
+# Optional inputs of the reports: attn-lab verify's verdicts (a list), when scripts/run verified plugins; attn-lab
+# invariance's matrix (runs before it existed have none).
+OPTIONAL_INPUTS = ["verdicts.json", "invariance.json"]
 
 
 def target_bounds():
