@@ -331,6 +331,58 @@ class ReportTest(unittest.TestCase):
         self.assertRegex(text, r"\| backward: streaming fp16 \(fp32 accumulation\), d = 128, 1 thread: rate over fp32 "
                                r"\| not measured")
 
+    def test_the_invariance_matrix(self):
+        # naive bitwise everywhere; streaming: threads bitwise (forward and backward), key split within its bounds
+        # (informative) in fp32 and within bounds at or above the values in bf16 (~?), batch with a pair left out
+        # (a note: *), GQA BEYOND in the backward; a run without invariance.json says so
+        invs = [{"id": "threads", "name": "thread count", "what": "1 vs 2", "forward": True, "backward": True},
+                {"id": "batch", "name": "batch composition", "what": "alone vs in a batch", "forward": True,
+                 "backward": True},
+                {"id": "key_split", "name": "key split", "what": "split vs not", "forward": True, "backward": False},
+                {"id": "gqa", "name": "GQA = repeated K/V", "what": "grouped vs repeated", "forward": True,
+                 "backward": True}]
+        cells = []
+        for b in ("naive", "streaming"):
+            for p in ("fp32", "bf16"):
+                for i in invs:
+                    for pas in ("forward", "backward"):
+                        if not i[pas]:
+                            continue
+                        c = {"backend": b, "precision": p, "accumulate": "fp32", "pass": pas, "invariance": i["id"],
+                             "verdict": "bitwise", "compared": 100, "differing": 0, "max_diff": 0.0, "tolerance": 0.0,
+                             "max_abs": 1.0}
+                        if b == "streaming" and i["id"] == "key_split":
+                            c.update(verdict="within bounds", differing=7, max_diff=1e-7,
+                                     tolerance=1e-3 if p == "fp32" else 19.0, informative=p == "fp32",
+                                     first="one chunk vs 3, out[0, 0, 0, 0]: 0.25 vs 0.2500001")
+                        if b == "streaming" and i["id"] == "batch":
+                            c["note"] = "batches of other lengths not compared: no key padding"
+                        if (b, p, i["id"], pas) == ("streaming", "fp32", "gqa", "backward"):
+                            c.update(verdict="BEYOND", differing=1, max_diff=0.5, tolerance=0.01,
+                                     first="grouped vs repeated, dq[0, 1, 2, 3]: 1 vs 1.5")
+                        cells.append(c)
+        with open(os.path.join(self.data, "invariance.json"), "w") as f:
+            json.dump({"kind": "invariance", "seed": 39, "profile": "quick", "simd": "avx2", "cores": 2,
+                       "blas": "test blas", "invariances": invs, "cells": cells}, f)
+        final, readings = report.make_report(self.data, self.out, "test", stamp="invariance")
+        with open(os.path.join(final, "invariance.md")) as f:
+            text = f.read()
+        self.assertTrue(os.path.getsize(os.path.join(final, "invariance.svg")) > 0)
+        self.assertIn("| naive | fp32 | fp32 | = | = | = | = | = | = | = |", text)
+        self.assertIn("| streaming | fp32 | fp32 | = | = | =* | =* | ~ | = | **BEYOND** |", text)
+        self.assertIn("| streaming | bf16 | fp32 | = | = | =* | =* | ~? | = | = |", text)
+        self.assertIn("- naive: thread count, batch composition, key split, GQA = repeated K/V", text)
+        self.assertIn("- streaming: thread count, batch composition; not: key split, GQA = repeated K/V", text)
+        self.assertIn("- streaming batch: batches of other lengths not compared: no key padding", text)
+        self.assertIn("| streaming | fp32 | fp32 | backward | GQA = repeated K/V | 1 / 100 | 0.5 | 0.01 | grouped vs "
+                      "repeated, dq[0, 1, 2, 3]: 1 vs 1.5 |", text)
+        self.assertIn("invariance: 1 comparison(s) BEYOND the bounds", readings)
+        # and without the file: the report says so, never an empty matrix
+        os.remove(os.path.join(self.data, "invariance.json"))
+        final, _ = report.make_report(self.data, self.out, "test", stamp="noinvariance")
+        with open(os.path.join(final, "invariance.md")) as f:
+            self.assertIn("Not in this run: it has no invariance.json", f.read())
+
     def test_plugins_verdicts_speed_and_accuracy(self):
         # A plugin row (trait plugin) at attn_h8 fp32 d = 64 taking 30 ms against streaming's 10 ms: 3.00x;
         # its accuracy points (one within the tight tolerance, one at twice it); a verdict with one failed cell.

@@ -45,7 +45,7 @@ def invariance_report(inv, folder):
 
     # The figure: one row per configuration, one column per invariance and pass.
     grid = [[mark(at[(*cfg, i, p)])[1] if (*cfg, i, p) in at else 4 for i, p in cols] for cfg in configs]
-    fig, ax = plt.subplots(figsize=(1.2 + 0.55 * len(cols), 1.0 + 0.17 * len(configs)))
+    fig, ax = plt.subplots(figsize=(2.0 + 0.55 * len(cols), 2.4 + 0.17 * len(configs)))
     ax.imshow(grid, cmap=ListedColormap(COLOURS), vmin=0, vmax=4, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(cols)), [f"{names[i]} ({p[:3]})" for i, p in cols], rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(len(configs)), [" ".join(cfg) for cfg in configs], fontsize=6)

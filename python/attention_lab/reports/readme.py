@@ -358,7 +358,29 @@ def runtime_race(d):
     return race.markdown(result)
 
 
-BLOCKS = {"summary": summary, "runs": runs, "variants": variants, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
+def invariance(d):
+    path = d["run"] / "data/invariance.json"
+    if not path.is_file():
+        raise SystemExit(f"readme_figures: {path.relative_to(ROOT)}: absent (scripts/run runs attn-lab invariance)")
+    inv = json.loads(path.read_text())
+    from attention_lab.reports.invariance import holds_everywhere  # (the report's own rule)
+    cells, names = inv["cells"], {i["id"]: i["name"] for i in inv["invariances"]}
+    lines = [f"From the committed run `reports/runs/{d['stamp']}` (`invariance.md`; {inv.get('simd', '?')}, "
+             f"{inv.get('cores', '?')} hardware threads, profile {inv.get('profile', '?')}): bit for bit in every "
+             "storage, accumulation and pass it ran, and not:", ""]
+    for b in dict.fromkeys(c["backend"] for c in cells):
+        ran = [i for i in names if any(c["backend"] == b and c["invariance"] == i and c["verdict"] != "not applicable"
+                                       for c in cells)]
+        held = [names[i] for i in ran if holds_everywhere(cells, b, i)]
+        lost = [names[i] for i in ran if not holds_everywhere(cells, b, i)]
+        beyond = sum(c["backend"] == b and c["verdict"] == "BEYOND" for c in cells)
+        lines.append(f"- {b}: bitwise: {', '.join(held) or 'none'}" + (f"; within the bounds only: {', '.join(lost)}"
+                                                                        if lost else "")
+                     + (f"; **{beyond} BEYOND the bounds**" if beyond else ""))
+    return "\n".join(lines)
+
+
+BLOCKS = {"summary": summary, "invariance": invariance, "runs": runs, "variants": variants, "performance": performance, "peaks": peaks, "backend-times": backend_times, "claims": claims,
           "mutation": mutation, "backward": backward, "peers": peers, "runtime-race": runtime_race}
 
 
