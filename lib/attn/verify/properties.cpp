@@ -981,20 +981,27 @@ Options entry_options(const Options& opt, std::size_t bb) {
   if (own.segments && own.segments->shape(0) > 1) own.segments = Segments(xt::view(*opt.segments, xt::range(bb, bb + 1), xt::all()));
   return own;
 }
-// Every element of a[0] bitwise equal to b[bb] (NaN equal to NaN), the first difference logged.
+// Every element of a[0] equal to b[bb] (NaN equal to NaN): bitwise, or within `tol` when it is given; the
+// first difference logged.
 template <class T>
-void same_bits(std::string_view what, const T& a, const T& b, std::size_t bb) {
+void same_bits(std::string_view what, const T& a, const T& b, std::size_t bb, std::optional<double> tol = {}) {
   const std::size_t n = a.size();
   for (std::size_t x = 0; x < n; ++x) {
     const double p = a.data()[x], q = b.data()[bb * n + x];
-    if (p == q || (std::isnan(p) && std::isnan(q))) continue;
-    RC_LOG() << what << " of batch entry " << bb << ", flat element " << x << ": alone " << p << ", in the batch " << q << "\n";
+    if (p == q || (std::isnan(p) && std::isnan(q)) || (tol && std::fabs(p - q) <= *tol)) continue;
+    RC_LOG() << what << " of batch entry " << bb << ", flat element " << x << ": alone " << p << ", in the batch " << q
+             << (tol ? " (beyond the two runs' bounds " + std::to_string(*tol) + ")" : std::string()) << "\n";
     RC_FAIL("a sequence's " + std::string(what) + " depends on the batch around it");
   }
 }
 }  // namespace
 
-ATTN_PROPERTY(batch_invariant, "a sequence alone = in the batch (bitwise)", 3e5, b, c0) {
+// The built-in backends promise it bit for bit (each sequence's reduction order is its own); a plugin, whose
+// order is its own business, is held to the two runs' bounds here (a row must not depend on other sequences
+// beyond rounding) and its bits are characterised by attn-lab invariance: PyTorch's SDPA in fp32 differs in
+// the last bit between a batch of one and of two (a counterexample of B = 2, n_q = 5, n_kv = 17, d_k = 1).
+ATTN_PROPERTY(batch_invariant, "a sequence alone = in the batch (bitwise; a plugin: bounds)", 1.5e5, b, c0) {
+  const bool bitwise = !b.traits.plugin;
   Case c = c0;
   if (c.shape.batch == 1) {
     c.shape.batch = 2;
@@ -1008,8 +1015,9 @@ ATTN_PROPERTY(batch_invariant, "a sequence alone = in the batch (bitwise)", 3e5,
       const Options own = entry_options(run.opt, bb);
       const Run a = run_case(b, alone, run.precision, false, &own, &one);
       RC_ASSERT(a.ok);
-      same_bits("output", a.r.out, run.r.out, bb);
-      same_bits("logsumexp", lse_of(a), lse_of(run), bb);
+      same_bits("output", a.r.out, run.r.out, bb, bitwise ? std::nullopt : std::optional(a.bound.out + run.bound.out));
+      same_bits("logsumexp", lse_of(a), lse_of(run), bb,
+                bitwise ? std::nullopt : std::optional(a.bound.lse + run.bound.lse));
     }
   });
   if (!b.has_backward) return;
@@ -1025,9 +1033,11 @@ ATTN_PROPERTY(batch_invariant, "a sequence alone = in the batch (bitwise)", 3e5,
       const Options own = entry_options(all.opt, bb);
       const BackwardRun a = run_backward_case(b, alone, p.name, &own, &one, &d_one);
       RC_ASSERT(a.ok);
-      same_bits("dQ", a.r.grads.dq, all.r.grads.dq, bb);
-      same_bits("dK", a.r.grads.dk, all.r.grads.dk, bb);
-      same_bits("dV", a.r.grads.dv, all.r.grads.dv, bb);
+      const GradientBound ga = probable_bound(a), gb = probable_bound(all);
+      auto tol = [&](double x, double y) { return bitwise ? std::nullopt : std::optional(x + y); };
+      same_bits("dQ", a.r.grads.dq, all.r.grads.dq, bb, tol(ga.dq, gb.dq));
+      same_bits("dK", a.r.grads.dk, all.r.grads.dk, bb, tol(ga.dk, gb.dk));
+      same_bits("dV", a.r.grads.dv, all.r.grads.dv, bb, tol(ga.dv, gb.dv));
     }
   }
 }
