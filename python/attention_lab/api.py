@@ -468,12 +468,15 @@ class Counterexample:
 
 class VerifyCell:
     """One property in one configuration: status (pass, fail, not supported, crash, hang, error), the cases
-    that ran, RapidCheck's description, and the counterexample of a failure."""
+    that ran, RapidCheck's description, and the counterexample of a failure; or one invariance (property
+    "invariance:ID:PASS") in one configuration and pass: `invariance` says "bitwise" or "within bounds" when it
+    passed (None otherwise)."""
 
     def __init__(self, record, replayable):
         self.kernel, self.property, self.name = record["kernel"], record["property"], record["property_name"]
         self.config, self.status, self.cases = record["config"], record["status"], record["cases"]
         self.description = record.get("description", "")
+        self.invariance = record.get("invariance")
         self.counterexample = (Counterexample(record["counterexample"], replayable)
                                if "counterexample" in record else None)
 

@@ -146,7 +146,7 @@ def test_api():
     # verify on Python functions (pickled by value into attn-lab's workers, run by the bridge): a right NumPy
     # kernel passes; the three wrong ones fail, each with a shrunk counterexample that reproduces the failure
     # here (check of the same function on its arrays fails; of the right one, passes).
-    def attention(q, k, v, scale, causal, after=False, swap=False):
+    def attention(q, k, v, scale, causal, after=False, swap=False, narrow=False):
         s = (k @ np.swapaxes(q, -1, -2) if swap else q @ np.swapaxes(k, -1, -2)).astype(np.float64) * scale
         n_q, n_kv = s.shape[-2:]
         allowed = np.arange(n_kv)[None, :] <= np.arange(n_q)[:, None] + (n_kv - n_q) if causal else \
@@ -160,6 +160,8 @@ def test_api():
             p = np.exp(s - np.where(np.isfinite(m), m, 0))
             total = p.sum(axis=-1, keepdims=True)
             p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)  # a row with no key: 0
+        if narrow:  # P V summed in fp32
+            return p.astype(np.float32) @ v.astype(np.float32)
         return (p @ v.astype(np.float64)).astype(q.dtype)
 
     def declared(f, name):
@@ -170,7 +172,7 @@ def test_api():
         "mask after the softmax": lambda q, k, v, *, scale, causal, **o: attention(q, k, v, scale, causal, after=True),
         "scale missing": lambda q, k, v, *, scale, causal, **o: attention(q, k, v, 1.0, causal),
         "Q and K swapped": lambda q, k, v, *, scale, causal, **o: attention(q, k, v, scale, causal, swap=True)}
-    report = al.verify(right, quiet=True)
+    report = report_right = al.verify(right, quiet=True)
     ran = [c for c in report.cells if c.status == "pass"]
     record(report.passed and len(ran) >= 2 and "PASS" in repr(report),
            f"verify, a right NumPy kernel: {report!r}; passed: {[c.name for c in ran]}")
@@ -198,6 +200,35 @@ def test_api():
     record(plain.passed and not hasattr(undeclared, "attn_kernel") and plain.fields["kernels"][0]["name"] ==
            "undeclared", f"verify of an undeclared function (blank docstring; the function itself left as it was): "
            f"{plain!r}")
+    # verify's invariance cells (attn-lab invariance's comparisons, per configuration and pass) and the properties'
+    # thread-count checks, which hold a plugin to the bounds, not the bits: a kernel whose P V sums run in fp32 on
+    # more than one thread (fp64 on one) passes, its thread-count cell "within bounds"; one whose rows change by
+    # 1e-3 when other sequences share the batch and on more than one thread fails both cells (BEYOND, the problem
+    # saved) and the properties batch_invariant (22) and split_kv_merge (21: 1 against 3 threads), so the relaxed
+    # verdicts can fail.
+    def invariance_cell(report, inv):
+        return [c for c in report.fields["kernels"][0]["cells"] if c["property"] == f"invariance:{inv}:forward"]
+
+    def threaded(f, name):
+        return al.kernel(name=name, description=name, storage={"fp32": "fp32"}, masks=("causal",), threads=True)(f)
+    bits = al.verify(threaded(lambda q, k, v, *, scale, causal, threads, **o:
+                              attention(q, k, v, scale, causal, narrow=threads > 1), "numpy-threads-bits"), quiet=True)
+    dependent = al.verify(threaded(lambda q, k, v, *, scale, causal, threads, **o:
+                               attention(q, k, v, scale, causal) * np.float32(1 + 1e-3 * (q.shape[0] > 1))
+                               * np.float32(1 + 1e-3 * (threads > 1)), "numpy-batch-threads"), quiet=True)
+    bits_threads, right_batch = invariance_cell(bits, "threads"), invariance_cell(report_right, "batch")
+    bad_batch, bad_threads, bad_runs = (invariance_cell(dependent, i) for i in ("batch", "threads", "run_to_run"))
+    failed = {c.property for c in dependent.failures}
+    record(bits.passed and [c["invariance"] for c in bits_threads] == ["within bounds"] and
+           [c["status"] for c in right_batch] == ["pass"] and
+           [c["status"] for c in bad_batch + bad_threads] == ["fail", "fail"] and
+           all(os.path.isfile(os.path.join(c["invariance_counterexample"]["folder"], "q.npy"))
+               for c in bad_batch + bad_threads) and
+           [c["invariance"] for c in bad_runs] == ["bitwise"] and
+           {"batch_invariant", "split_kv_merge"} <= failed,
+           f"verify's invariance cells: fp32 sums on 2 threads {bits!r}, its threads cell {bits_threads}; the right "
+           f"kernel's batch cell {right_batch}; the batch- and thread-dependent one's batch {bad_batch}, threads "
+           f"{bad_threads}, run to run {bad_runs}, failed properties {sorted(failed)}")
     ok, message = raises(lambda: al.verify("nope", quiet=True), ValueError, "unknown backend", "nope")
     record(ok, f"verify of an unknown backend: {message}")
 

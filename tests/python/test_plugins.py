@@ -222,8 +222,12 @@ def check_verify():
     with tempfile.TemporaryDirectory() as work:
         v = verify(BAD_CRASH, work, 1)
         crashed = [c for c in cells(v) if c["status"] == "crash"]
-        record(crashed and all("signal 11" in c["description"] and c["case"].startswith("B=") for c in crashed),
-               f"verify crash: {len(crashed)} cells report the crash with their case")
+        # (a property's case is its problem, B=...; an invariance's is the comparison it ran)
+        record(crashed and all("signal 11" in c["description"] and
+                               c["case"].startswith("invariant: " if c["property"].startswith("invariance:") else "B=")
+                               for c in crashed) and any(c["property"].startswith("invariance:") for c in crashed),
+               f"verify crash: {len(crashed)} cells report the crash with their case: "
+               f"{[(c['property'], c['case'][:40]) for c in crashed if not c['case'].startswith('B=')]}")
     with tempfile.TemporaryDirectory() as work:
         v = verify(BAD_NAN, work, 1)
         record(v and v["verdict"] == "FAIL", "verify nan: fails")

@@ -14,7 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using invariance::Invariance;
-using invariance::Outcome;
 using invariance::Verdict;
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -27,16 +26,6 @@ std::vector<std::string> split_list(const std::string& s) {
 
 bool listed(const std::vector<std::string>& list, std::string_view x) {
   return list.empty() || std::find(list.begin(), list.end(), x) != list.end();
-}
-
-// A BEYOND outcome's problem, as .npy files beside a case.json saying what was compared.
-std::string save_counterexample(const fs::path& dir, const Outcome& o, const Json& cell) {
-  fs::create_directories(dir);
-  save_npy_atomic((dir / "q.npy").string(), o.problem.q);
-  save_npy_atomic((dir / "k.npy").string(), o.problem.k);
-  save_npy_atomic((dir / "v.npy").string(), o.problem.v);
-  write_file_atomic((dir / "case.json").string(), dump(cell) + "\n");
-  return dir.string();
 }
 
 int run(const Args& args) {
@@ -90,29 +79,11 @@ int run(const Args& args) {
             Json cell = {{"backend", b.name},   {"precision", p.name}, {"accumulate", accumulate_name(acc)},
                          {"pass", backward ? "backward" : "forward"}, {"invariance", inv.id}};
             const invariance::Subject subject{&b, &p, acc, backward};
-            try {
-              const Outcome o = inv.check(subject, seed);
-              cell["verdict"] = invariance::verdict_name(o.verdict);
-              cell["compared"] = o.compared;
-              cell["differing"] = o.differing;
-              cell["max_diff"] = o.max_diff;
-              cell["tolerance"] = o.tolerance;
-              cell["max_abs"] = o.max_abs;
-              // bounds at or above the values compared: "within" could not have failed
-              if (o.verdict == Verdict::within) cell["informative"] = o.tolerance < o.max_abs;
-              if (!o.first.empty()) cell["first"] = o.first;
-              if (!o.note.empty()) cell["note"] = o.note;
-              if (o.verdict == Verdict::beyond) {
-                ++beyond;
-                cell["counterexample"] = save_counterexample(
-                    examples / b.name / (inv.id + "-" + std::string(cell["pass"]) + "-" + std::string(p.name) + "-" +
-                                         std::string(accumulate_name(acc))),
-                    o, cell);
-              }
-            } catch (const Unsupported& e) {
-              cell["verdict"] = "not applicable";
-              cell["reason"] = e.what();
-            }
+            const auto o = invariance::check_into(
+                cell, inv, subject, seed,
+                (examples / b.name / (inv.id + "-" + std::string(cell["pass"]) + "-" + std::string(p.name) + "-" +
+                                      std::string(accumulate_name(acc)))).string());
+            if (o && o->verdict == Verdict::beyond) ++beyond;
             if (listed(required, inv.id) && !required.empty() && cell["verdict"] != "bitwise" &&
                 cell["verdict"] != "not applicable")
               ++not_bitwise;

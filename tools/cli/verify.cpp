@@ -56,7 +56,10 @@ reference within the derived bound and 2x the naive backend's error, the metamor
 properties (shift, permutation, GQA = repeated K/V, ALiBi = explicit bias, documents =
 separate runs, sinks), determinism and thread-count independence, fully masked rows, large
 and near-overflow logits. A failure is shrunk to its smallest case, saved as .npy files with
-the one `attn-lab attend` command that replays it. Then a short benchmark beside the
+the one `attn-lab attend` command that replays it. Then, per configuration and pass (smoke:
+one configuration, fp32 with fp32 sums when claimed), the invariances of `attn-lab invariance` (run to run, thread count, batch composition, query
+block, key split, GQA): bitwise, within bounds (both pass) or BEYOND them (a failure, its
+problem saved with the `attn-lab invariance` command that repeats it). Then a short benchmark beside the
 built-in backends (same shapes, precision, one thread). The plugin runs only in child
 processes: a crash or a hang (no progress for 10 minutes) is that kernel's failure, reported
 with the case it ran, and verification goes on. Writes DIR/verdict.md and DIR/verdict.json

@@ -19,6 +19,7 @@
 #include "attn/io/npy.hpp"
 #include "attn/registry/plugin.hpp"
 #include "attn/io/json.hpp"
+#include "attn/verify/invariance.hpp"
 #include "attn/verify/properties.hpp"
 #include "studies/studies.hpp"  // median
 
@@ -64,14 +65,42 @@ std::vector<Config> configs_of(const BackendInfo& b) {
   return out;
 }
 
+// A cell: a property of the suite in one configuration, or an invariance
+// (lib/attn/verify/invariance.hpp: the same rows computed two ways, compared
+// bit for bit and against the bounds) in one configuration and pass.
 struct Cell {
-  const Property* property;
+  const Property* property = nullptr;
+  const invariance::Invariance* invariance = nullptr;
+  bool backward = false;
   Config config;
+  std::string id() const {
+    return property ? property->id : "invariance:" + invariance->id + (backward ? ":backward" : ":forward");
+  }
+  std::string name() const {
+    return property ? property->name : "invariant: " + invariance->name + (backward ? ", backward" : ", forward");
+  }
 };
-std::vector<Cell> cells_of(const BackendInfo& b) {
+// Every property in every configuration, then every invariance in every
+// configuration and pass (a kernel without a backward pass: not supported);
+// the smoke profile's invariances in one configuration (fp32 storage with fp32
+// sums when claimed, else the first claimed): the comparisons run a kernel
+// about 20 times each, and a smoke verdict is the pipeline's check.
+std::vector<Cell> cells_of(const BackendInfo& b, const std::string& profile) {
   std::vector<Cell> out;
-  for (const Config& c : configs_of(b))
-    for (const Property& p : props::properties()) out.push_back({&p, c});
+  const std::vector<Config> configs = configs_of(b);
+  for (const Config& c : configs)
+    for (const Property& p : props::properties()) out.push_back({&p, nullptr, false, c});
+  std::vector<Config> compared = configs;
+  if (profile == "smoke" && !configs.empty()) {
+    const auto fp32 = std::find_if(configs.begin(), configs.end(), [](const Config& c) {
+      return c.precision->name == "fp32" && c.acc == Accumulate::fp32;
+    });
+    compared = {fp32 != configs.end() ? *fp32 : configs.front()};
+  }
+  for (const Config& c : compared)
+    for (bool backward : {false, true})
+      for (const invariance::Invariance& inv : invariance::invariances())
+        if (backward ? inv.backward : inv.forward) out.push_back({nullptr, &inv, backward, c});
   return out;
 }
 
@@ -180,8 +209,44 @@ void write_progress(const fs::path& out, std::size_t cell, const std::string& wh
   f << cell << "\n" << what << "\n";
 }
 
+// One invariance cell: its comparison (kSeed) on the kernel; pass when bitwise
+// or within the bounds (which of the two in "invariance"), fail when BEYOND
+// (the problem saved, and the attn-lab invariance command that repeats it).
+Json run_invariance_cell(const BackendInfo& b, const Cell& cell, std::size_t index, const Settings& s) {
+  const fs::path out(s.out);
+  write_progress(out, index, cell.name() + ", " + cell.config.name());
+  Json j = {{"index", index},   {"kernel", b.name}, {"property", cell.id()}, {"property_name", cell.name()},
+            {"config", cell.config.name()}, {"seed", kSeed}, {"cases", 1}};
+  Json cmp = {{"backend", b.name}, {"precision", cell.config.precision->name},
+              {"accumulate", accumulate_name(cell.config.acc)}, {"pass", cell.backward ? "backward" : "forward"},
+              {"invariance", cell.invariance->id}};
+  const fs::path dir = out / "counterexamples" / slug(b.name) / (slug(cell.id()) + "-" + slug(cell.config.name()));
+  const auto o = invariance::check_into(cmp, *cell.invariance,
+                                        {&b, cell.config.precision, cell.config.acc, cell.backward}, kSeed, dir.string());
+  j["comparison"] = cmp;
+  if (!o) {
+    j["status"] = "not supported", j["cases"] = 0;
+    j["description"] = cmp["reason"];
+  } else if (o->verdict == invariance::Verdict::beyond) {
+    j["status"] = "fail";
+    j["description"] = cell.invariance->what + ": " + o->first + " (the bound there " + std::to_string(o->tolerance) + ")";
+    j["invariance_counterexample"] = {
+        {"folder", dir.string()},
+        {"replay", "attn-lab invariance" + (s.plugin.empty() ? "" : " --plugin " + s.plugin) + " --backend " + b.name +
+                       " --precision " + std::string(cell.config.precision->name) + " --only " + cell.invariance->id +
+                       " --seed " + std::to_string(kSeed) + " --out invariance.json"}};
+  } else {
+    j["status"] = "pass";
+    j["invariance"] = invariance::verdict_name(o->verdict);
+    j["description"] = std::to_string(o->differing) + " of " + std::to_string(o->compared) +
+                       " elements differ (" + cell.invariance->what + ")";
+  }
+  return j;
+}
+
 // One cell: property x configuration under RapidCheck (kSeed, shrinking on).
 Json run_cell(const BackendInfo& b, const Cell& cell, std::size_t index, int cases, const Settings& s) {
+  if (cell.invariance) return run_invariance_cell(b, cell, index, s);
   const Property& p = *cell.property;
   const fs::path out(s.out);
   props::only_precision() = std::string(cell.config.precision->name);
@@ -426,12 +491,18 @@ std::string markdown(const Json& v) {
         std::string cell = "";
         for (const Json& c : k["cells"])
           if (c["property_name"] == p && c["config"] == cfg)
-            cell = c["status"].get<std::string>() + (c["status"] == "pass" ? " (" + std::to_string(c["cases"].get<int>()) + ")" : "");
+            cell = c.contains("invariance") ? c["invariance"].get<std::string>()
+                   : c["status"].get<std::string>() +
+                         (c["status"] == "pass" ? " (" + std::to_string(c["cases"].get<int>()) + ")" : "");
         md << " " << cell << " |";
       }
       md << "\n";
     }
-    md << "\npass (N): N cases ran and held; not supported: no case the property needs is one the kernel claims.\n\n";
+    md << "\npass (N): N cases ran and held; not supported: no case the property needs is one the kernel claims. "
+          "An invariant (lib/attn/verify/invariance.hpp: the same rows computed two ways, fixed problems, seed "
+       << kSeed
+       << "): bitwise, every bit the same; within bounds, some bits differ, each element by no more than the "
+          "two runs' probabilistic bounds; fail, an element beyond them.\n\n";
     for (const Json& c : k["cells"]) {
       if (c["status"] == "pass" || c["status"] == "not supported") continue;
       md << "### " << c["status"].get<std::string>() << ": " << c["property_name"].get<std::string>() << ", "
@@ -446,6 +517,10 @@ std::string markdown(const Json& v) {
            << "`; replay (from the folder verify ran in):\n\n    "
            << c["counterexample"]["replay"].get<std::string>() << "\n\n";
       }
+      if (c.contains("invariance_counterexample"))
+        md << "The problem is saved in " << c["invariance_counterexample"]["folder"].get<std::string>()
+           << "; repeat the comparison with:\n\n    " << c["invariance_counterexample"]["replay"].get<std::string>()
+           << "\n\n";
       if (c.contains("case")) md << "On the case: `" << c["case"].get<std::string>() << "`\n\n";
     }
     if (k.contains("bench") && !k["bench"].empty()) {
@@ -478,7 +553,8 @@ int worker(const Settings& s, const std::string& job, const std::string& kernel,
     for (const std::string& name : kernels_of(s)) {
       const BackendInfo& b = kernel_row(s, name);
       Json cells = Json::array();
-      for (const Cell& c : cells_of(b)) cells.push_back({{"property", c.property->id}, {"config", c.config.name()}});
+      for (const Cell& c : cells_of(b, s.profile))
+        cells.push_back({{"property", c.id()}, {"property_name", c.name()}, {"config", c.config.name()}});
       j["kernels"].push_back({{"name", name}, {"description", b.description}, {"cells", cells}});
     }
     write_file_atomic((out / "kernels.json").string(), dump(j) + "\n");
@@ -492,11 +568,11 @@ int worker(const Settings& s, const std::string& job, const std::string& kernel,
     write_file_atomic((out / ("bench-" + slug(kernel) + ".json")).string(), dump(bench(b, s.profile)) + "\n");
     return 0;
   }
-  const std::vector<Cell> cells = cells_of(b);
+  const std::vector<Cell> cells = cells_of(b, s.profile);
   const int cases = cases_of(s.profile);
   for (std::size_t i = from; i < cells.size(); ++i) {
     std::fprintf(stderr, "verify: %s: cell %zu of %zu: %s, %s\n", kernel.c_str(), i + 1, cells.size(),
-                 cells[i].property->name.c_str(), cells[i].config.name().c_str());
+                 cells[i].name().c_str(), cells[i].config.name().c_str());
     append_line(out / "cells.jsonl", run_cell(b, cells[i], i, cases, s));
   }
   return 0;
@@ -540,10 +616,9 @@ int verify(const Settings& s) {
       std::getline(progress, case_line);
       const Json& spec = k["cells"][std::min(done, n_cells - 1)];
       const std::string status = c.stalled ? "hang" : c.status < 0 ? "crash" : "error";
-      Json rec = {{"index", done}, {"kernel", name}, {"property", spec["property"]}, {"config", spec["config"]},
-                  {"status", status}, {"seed", kSeed}, {"cases", 0}, {"case", case_line}};
-      for (const Property& p : props::properties())
-        if (p.id == spec["property"]) rec["property_name"] = p.name;
+      Json rec = {{"index", done},       {"kernel", name}, {"property", spec["property"]},
+                  {"property_name", spec["property_name"]}, {"config", spec["config"]}, {"status", status},
+                  {"seed", kSeed},       {"cases", 0},     {"case", case_line}};
       rec["description"] = c.stalled ? "no progress for " + std::to_string(int(kStallSeconds)) + " s: stopped"
                            : c.status < 0 ? "the worker running the kernel died of signal " + std::to_string(-c.status) +
                                                 " (" + strsignal(-c.status) + ")"

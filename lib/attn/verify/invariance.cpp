@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 
 #include <xtensor/xview.hpp>
 
 #include "attn/core/random.hpp"
+#include "attn/io/npy.hpp"
 #include "attn/verify/metrics.hpp"
 
 namespace attn::invariance {
@@ -22,6 +24,38 @@ std::string_view verdict_name(Verdict v) {
   return "?";
 }
 
+std::optional<Outcome> check_into(Json& cell, const Invariance& inv, const Subject& s, std::uint64_t seed,
+                                  const std::string& beyond_dir) {
+  Outcome o;
+  try {
+    o = inv.check(s, seed);
+  } catch (const Unsupported& e) {
+    cell["verdict"] = "not applicable";
+    cell["reason"] = e.what();
+    return std::nullopt;
+  }
+  cell["verdict"] = verdict_name(o.verdict);
+  cell["compared"] = o.compared;
+  cell["differing"] = o.differing;
+  cell["max_diff"] = o.max_diff;
+  cell["tolerance"] = o.tolerance;
+  cell["max_abs"] = o.max_abs;
+  // bounds at or above the values compared: "within" could not have failed
+  if (o.verdict == Verdict::within) cell["informative"] = o.tolerance < o.max_abs;
+  if (!o.first.empty()) cell["first"] = o.first;
+  if (!o.note.empty()) cell["note"] = o.note;
+  if (o.verdict == Verdict::beyond) {
+    std::filesystem::create_directories(beyond_dir);
+    const std::filesystem::path dir(beyond_dir);
+    save_npy_atomic((dir / "q.npy").string(), o.problem.q);
+    save_npy_atomic((dir / "k.npy").string(), o.problem.k);
+    save_npy_atomic((dir / "v.npy").string(), o.problem.v);
+    write_file_atomic((dir / "case.json").string(), dump(cell) + "\n");
+    cell["counterexample"] = beyond_dir;
+  }
+  return o;
+}
+
 namespace {
 
 // The problems' sizes: N = 300 positions is more than one tile of every
@@ -32,8 +66,13 @@ constexpr std::size_t N = 300, D = 32, H = 4, H_KV = 2;
 // A chunk boundary that is no multiple of any block size.
 constexpr std::size_t C = 100;
 
-Shape shape(std::size_t batch, std::size_t n_q, std::size_t n_kv, std::size_t kv_heads = H_KV) {
-  return Shape{batch, H, n_q, n_kv, D, D, kv_heads};
+// Grouped K/V heads where the backend claims them; else one K/V head per
+// query head, so that a kernel without GQA (a plugin's) still gets every
+// invariance but the GQA one.
+Shape shape(const Subject& s, std::size_t batch, std::size_t n_q, std::size_t n_kv) {
+  const Shape grouped{batch, H, n_q, n_kv, D, D, H_KV};
+  const bool claims = s.backend->unsupported_reason(*s.precision, s.accumulate, grouped, Options{}).empty();
+  return Shape{batch, H, n_q, n_kv, D, D, claims ? H_KV : H};
 }
 
 // A problem's inputs and upstream gradient (seed, seed + 1).
@@ -188,7 +227,7 @@ xt::xtensor<double, 4> rows_of(const xt::xtensor<double, 4>& t, std::size_t q0, 
 // workspace reused), a call after its workspace was released (fresh
 // memory), and a call prepared anew.
 Outcome run_to_run(const Subject& s, std::uint64_t seed) {
-  const Shape sh = shape(2, N, N);
+  const Shape sh = shape(s, 2, N, N);
   const auto [in, d_out] = problem(sh, seed);
   Options opt = causal();
   const Side ref = run(s, in, d_out, opt);  // (throws Unsupported first, where it does)
@@ -228,7 +267,7 @@ Outcome run_to_run(const Subject& s, std::uint64_t seed) {
 
 // 1 thread against 2, and against more threads than this machine's cores.
 Outcome threads(const Subject& s, std::uint64_t seed) {
-  const Shape sh = shape(2, N, N);
+  const Shape sh = shape(s, 2, N, N);
   const auto [in, d_out] = problem(sh, seed);
   Options opt = causal();
   const Side one = run(s, in, d_out, opt);
@@ -244,7 +283,7 @@ Outcome threads(const Subject& s, std::uint64_t seed) {
   // and split-KV (forward): 2 positions over 4100 keys in 7 key chunks, and
   // in as many as the backend chooses
   if (!s.backward) {
-    const Problem dec = problem(shape(2, 2, 4100), seed + 2);
+    const Problem dec = problem(shape(s, 2, 2, 4100), seed + 2);
     for (std::size_t k : {7, 0}) {
       Options split;
       split.kv_splits = k;
@@ -266,12 +305,12 @@ Outcome threads(const Subject& s, std::uint64_t seed) {
 // other lengths (n_kv = N + 37, key padding: lengths N + 37, N, N - 29;
 // skipped, and said so, for a backend without key padding).
 Outcome batch(const Subject& s, std::uint64_t seed) {
-  const Problem x = problem(shape(1, N, N), seed);
+  const Problem x = problem(shape(s, 1, N, N), seed);
   const Side alone = run(s, x.in, x.d_out, Options{});
   Outcome o;
   Compare c(o);
   for (bool padded : {false, true}) {
-    const Problem others = problem(shape(3, N, padded ? N + 37 : N), seed + 2);
+    const Problem others = problem(shape(s, 3, N, padded ? N + 37 : N), seed + 2);
     for (std::size_t at : {1, 2}) {
       Inputs<double> in = others.in;
       xt::xtensor<double, 4> d_out = others.d_out;
@@ -301,7 +340,7 @@ Outcome batch(const Subject& s, std::uint64_t seed) {
   // A decode step over 2100 keys alone against the same step at index 5 of
   // a batch of 8 (a backend whose split-KV count followed the batch's size
   // split the one and not the other).
-  const Problem step = problem(shape(1, 1, 2100), seed + 4), steps = problem(shape(8, 1, 2100), seed + 5);
+  const Problem step = problem(shape(s, 1, 1, 2100), seed + 4), steps = problem(shape(s, 8, 1, 2100), seed + 5);
   Problem in = steps;
   xt::view(in.in.q, 5) = xt::view(step.in.q, 0);
   xt::view(in.in.k, 5) = xt::view(step.in.k, 0);
@@ -320,7 +359,7 @@ Outcome batch(const Subject& s, std::uint64_t seed) {
 // positions as a problem of their own (n_q = n_kv = C). Backward: dQ of
 // those rows (dK and dV sum over other rows in each).
 Outcome query_block(const Subject& s, std::uint64_t seed) {
-  const Shape sh = shape(1, N, N);
+  const Shape sh = shape(s, 1, N, N);
   const auto [in, d_out] = problem(sh, seed);
   const Side full = run(s, in, d_out, causal());
   Outcome o;
@@ -341,7 +380,7 @@ Outcome query_block(const Subject& s, std::uint64_t seed) {
 // Split-KV (forward): two query positions over 4100 keys, the keys in one
 // chunk against the backend's own choice (kv_splits 0) and against 3.
 Outcome key_split(const Subject& s, std::uint64_t seed) {
-  const Shape sh = shape(1, 2, 4100);
+  const Shape sh = shape(s, 1, 2, 4100);
   const Inputs<double> in = random_inputs(sh, seed);
   Options opt;
   opt.kv_splits = 1;
@@ -361,7 +400,7 @@ Outcome key_split(const Subject& s, std::uint64_t seed) {
 // attention on K and V with each head repeated. Backward: dQ (a grouped
 // dK and dV sum the repeated heads').
 Outcome gqa(const Subject& s, std::uint64_t seed) {
-  const Shape sh = shape(1, N, N);
+  const Shape sh{1, H, N, N, D, D, H_KV};
   const auto [in, d_out] = problem(sh, seed);
   Inputs<double> repeated{in.q, xt::xtensor<double, 4>::from_shape({1, H, N, D}),
                           xt::xtensor<double, 4>::from_shape({1, H, N, D})};

@@ -15,15 +15,19 @@
 //   beyond:   some element differs by more (a defect, or a bound that does
 //             not hold), the first such element named.
 // A pair the backend cannot run (no backward pass, a plugin's capabilities)
-// throws Unsupported: not applicable, never counted as bitwise.
+// throws Unsupported: not applicable, never counted as bitwise. The problems
+// have grouped K/V heads (H = 4, H_kv = 2) where the backend claims them, else
+// H_kv = H (every invariance then runs but GQA's).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "attn/io/json.hpp"
 #include "attn/registry/registry.hpp"
 
 namespace attn::invariance {
@@ -66,5 +70,16 @@ struct Invariance {
 
 // Every invariance, in the report's column order.
 const std::vector<Invariance>& invariances();
+
+// One comparison: its outcome's fields into `cell` (verdict, compared,
+// differing, max_diff, tolerance, max_abs, informative for a within verdict:
+// false when the bounds reached the values compared, first, note), or, when
+// the pair cannot run (Unsupported), verdict "not applicable" and the reason.
+// A BEYOND outcome's problem is saved as q.npy, k.npy, v.npy beside
+// case.json (the cell) in `beyond_dir`, named in cell["counterexample"].
+// Returns the outcome, none when not applicable. attn-lab invariance's matrix
+// and attn-lab verify's invariance cells.
+std::optional<Outcome> check_into(Json& cell, const Invariance& inv, const Subject& s, std::uint64_t seed,
+                   const std::string& beyond_dir);
 
 }  // namespace attn::invariance

@@ -460,7 +460,11 @@ ATTN_PROPERTY(finite_for_finite_inputs, "finite for finite inputs", 2e6, b, c) {
 
 // A second run gives the same bits, and so does one thread instead of the
 // case's (each query block is computed whole by one worker); the case's block
-// sizes and the backend's defaults agree within the two runs' bounds.
+// sizes and the backend's defaults agree within the two runs' bounds. A
+// plugin's thread count is held to the bounds (its reduction order is its own
+// business, as in batch_invariant; attn-lab verify's invariance cells say
+// whether its bits move): PyTorch's backward differs in dQ between 1 and 2
+// threads.
 ATTN_PROPERTY(block_size_independent_and_deterministic, "block sizes, determinism", 1e6, b, c) {
   for_each_precision(b, c, false, [&](const Run& run) {
     const Run again = run_case(b, c, run.precision, false, &run.opt, &run.in);
@@ -468,7 +472,11 @@ ATTN_PROPERTY(block_size_independent_and_deterministic, "block sizes, determinis
     RC_ASSERT(lse_of(again) == lse_of(run));
     Options single = run.opt;
     single.threads = 1;
-    RC_ASSERT(run_case(b, c, run.precision, false, &single, &run.in).r.out == run.r.out);
+    const Run one = run_case(b, c, run.precision, false, &single, &run.in);
+    if (b.traits.plugin)
+      RC_ASSERT(compare(one.r.out, run.r.out, run.r.u_store).max_abs <= 2 * run.bound.out);
+    else
+      RC_ASSERT(one.r.out == run.r.out);
     Options defaults = run.opt;
     defaults.block_q = defaults.block_k = 0;
     const Run other = run_case(b, c, run.precision, false, &defaults, &run.in);
@@ -735,13 +743,19 @@ ATTN_PROPERTY(backward_deterministic_and_block_independent, "backward: determini
     Options threads = run.opt;
     threads.threads = run.opt.threads == 1 ? 2 : 1;
     const BackwardRun other_threads = run_backward_case(b, c, run.precision, &threads, &run.in, &run.d_out);
-    RC_ASSERT(other_threads.r.grads.dq == run.r.grads.dq);
-    RC_ASSERT(other_threads.r.grads.dk == run.r.grads.dk);
-    RC_ASSERT(other_threads.r.grads.dv == run.r.grads.dv);
+    const GradientBound bound = probable_bound(run);
+    if (b.traits.plugin) {  // its thread count held to the bounds (block_size_independent_and_deterministic says why)
+      RC_ASSERT(compare(other_threads.r.grads.dq, run.r.grads.dq, 0x1p-53).max_abs <= 2 * bound.dq);
+      RC_ASSERT(compare(other_threads.r.grads.dk, run.r.grads.dk, 0x1p-53).max_abs <= 2 * bound.dk);
+      RC_ASSERT(compare(other_threads.r.grads.dv, run.r.grads.dv, 0x1p-53).max_abs <= 2 * bound.dv);
+    } else {
+      RC_ASSERT(other_threads.r.grads.dq == run.r.grads.dq);
+      RC_ASSERT(other_threads.r.grads.dk == run.r.grads.dk);
+      RC_ASSERT(other_threads.r.grads.dv == run.r.grads.dv);
+    }
     Options defaults = run.opt;
     defaults.block_q = defaults.block_k = 0;
     const BackwardRun other = run_backward_case(b, c, run.precision, &defaults, &run.in, &run.d_out);
-    const GradientBound bound = probable_bound(run);
     RC_ASSERT(compare(other.r.grads.dq, run.r.grads.dq, 0x1p-53).max_abs <= 2 * bound.dq);
     RC_ASSERT(compare(other.r.grads.dk, run.r.grads.dk, 0x1p-53).max_abs <= 2 * bound.dk);
     RC_ASSERT(compare(other.r.grads.dv, run.r.grads.dv, 0x1p-53).max_abs <= 2 * bound.dv);
@@ -1048,7 +1062,7 @@ ATTN_PROPERTY(batch_invariant, "a sequence alone = in the batch (bitwise; a plug
 // their own bounds, for fewer keys, plus the merge's few roundings, stay
 // within the bound of the whole row; metrics.hpp), the same logsumexp
 // within its bound, and the same bits at any thread count.
-ATTN_PROPERTY(split_kv_merge, "split-KV = unsplit (bound), any threads (bitwise)", 5e5, b, c0) {
+ATTN_PROPERTY(split_kv_merge, "split-KV = unsplit (bound), any threads (bitwise; a plugin: bounds)", 5e5, b, c0) {
   Case c = c0;
   c.shape.n_q = std::min<std::size_t>(c.shape.n_q, 1 + c.seed % 4);  // decode-like: few queries
   for_each_precision(b, c, false, [&](const Run& run) {
@@ -1065,8 +1079,13 @@ ATTN_PROPERTY(split_kv_merge, "split-KV = unsplit (bound), any threads (bitwise)
       split.threads = 3;
       const Run s3 = run_case(b, c, run.precision, false, &split, &run.in);
       RC_ASSERT(s1.ok && s3.ok);
-      RC_ASSERT(s1.r.out == s3.r.out);
-      RC_ASSERT(lse_of(s1) == lse_of(s3));
+      if (b.traits.plugin) {  // its thread count held to the bounds (block_size_independent_and_deterministic)
+        RC_ASSERT(compare(s1.r.out, s3.r.out, run.r.u_store).max_abs <= 2 * whole.bound.out);
+        RC_ASSERT(compare(lse_of(s1), lse_of(s3), run.r.u_acc).max_abs <= 2 * whole.bound.lse);
+      } else {
+        RC_ASSERT(s1.r.out == s3.r.out);
+        RC_ASSERT(lse_of(s1) == lse_of(s3));
+      }
       const double e = compare(s1.r.out, whole.r.out, run.r.u_store).max_abs;
       RC_LOG() << splits << " splits: max |split - whole| " << e << " (tolerance " << 2 * whole.bound.out << ")\n";
       RC_ASSERT(e <= 2 * whole.bound.out);

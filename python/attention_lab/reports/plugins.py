@@ -26,7 +26,8 @@ def plugins_report(rows, bench, acc, verdicts, folder):
             for name in names:
                 cell = {c["config"]: c for c in k["cells"] if c.get("property_name") == name}
                 lines.append(f"| {name} | " + " | ".join(
-                    (f"pass ({cell[c]['cases']})" if cell[c]["status"] == "pass" else cell[c]["status"])
+                    (cell[c]["invariance"] if "invariance" in cell[c] else
+                     f"pass ({cell[c]['cases']})" if cell[c]["status"] == "pass" else cell[c]["status"])
                     if c in cell else "" for c in configs) + " |")
             failed = [c for c in k["cells"] if c["status"] not in ("pass", "not supported")]
             lines.append("")
