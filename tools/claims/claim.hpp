@@ -93,8 +93,12 @@ struct Experiment {
 struct Registration {
   explicit Registration(const Experiment& e);
 };
-#define ATTN_CLAIM(...) \
-  static const ::attn::claims::Registration attn_claim_registration{::attn::claims::Experiment{__VA_ARGS__}};
+// (named by __COUNTER__: the claims are compiled as a unity build, several files in one translation unit)
+#define ATTN_CLAIM_NAME2(a, b) a##b
+#define ATTN_CLAIM_NAME(a, b) ATTN_CLAIM_NAME2(a, b)
+#define ATTN_CLAIM(...)                                                                    \
+  static const ::attn::claims::Registration ATTN_CLAIM_NAME(attn_claim_registration_, __COUNTER__){ \
+      ::attn::claims::Experiment{__VA_ARGS__}};
 
 // The backends claims compare are chosen by trait (registry.hpp):
 // baseline_backend(), fused_backend() (FlashAttention's algorithm), exact_backend().
