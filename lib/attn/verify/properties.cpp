@@ -1,6 +1,7 @@
 #include "attn/verify/properties.hpp"
 
 #include <cmath>
+#include <iomanip>
 #include <numeric>
 
 #include <xtensor/xview.hpp>
@@ -1003,10 +1004,36 @@ void same_bits(std::string_view what, const T& a, const T& b, std::size_t bb, st
   for (std::size_t x = 0; x < n; ++x) {
     const double p = a.data()[x], q = b.data()[bb * n + x];
     if (p == q || (std::isnan(p) && std::isnan(q)) || (tol && std::fabs(p - q) <= *tol)) continue;
-    RC_LOG() << what << " of batch entry " << bb << ", flat element " << x << ": alone " << p << ", in the batch " << q
+    RC_LOG() << std::setprecision(17) << what << " of batch entry " << bb << ", flat element " << x << ": alone " << p
+             << ", in the batch " << q
              << (tol ? " (beyond the two runs' bounds " + std::to_string(*tol) + ")" : std::string()) << "\n";
     RC_FAIL("a sequence's " + std::string(what) + " depends on the batch around it");
   }
+}
+// Entry bb's first `keys` keys (its own length when it is key-padded): K, V, or a gradient of them.
+xt::xtensor<double, 4> first_keys(const xt::xtensor<double, 4>& t, std::size_t bb, std::size_t keys) {
+  return xt::view(t, xt::range(bb, bb + 1), xt::all(), xt::range(0, keys), xt::all());
+}
+// A key-padded entry alone at its own length as well (its valid keys only, no mask), as attn-lab invariance's
+// batches of other lengths: the padding must not change a sequence's tiles or its split. Not where the keys'
+// positions enter the scores other than through the mask (ALiBi, documents): there the two problems differ.
+struct Unpadded {
+  std::size_t keys;   // its valid length
+  Inputs<double> in;  // its Q, and K, V of its valid keys
+  Case c;             // that shape, no mask
+  Options opt;        // its own options, no mask
+};
+std::optional<Unpadded> unpadded(const Case& c, const Options& opt, std::size_t bb, const Inputs<double>& one,
+                                 const Options& own) {
+  const auto* pad = std::get_if<mask::KeyPadding>(&opt.mask);
+  if (!pad || c.alibi != Case::Alibi::none || c.documents > 0) return std::nullopt;
+  const std::size_t n = pad->valid_length[bb];
+  if (n == 0 || n >= c.shape.n_kv) return std::nullopt;
+  Unpadded u{n, {one.q, first_keys(one.k, 0, n), first_keys(one.v, 0, n)}, c, own};
+  u.c.shape = u.in.shape();
+  u.c.mask = MaskKind::none;
+  u.opt.mask = mask::None{};
+  return u;
 }
 }  // namespace
 
@@ -1032,6 +1059,14 @@ ATTN_PROPERTY(batch_invariant, "a sequence alone = in the batch (bitwise; a plug
       same_bits("output", a.r.out, run.r.out, bb, bitwise ? std::nullopt : std::optional(a.bound.out + run.bound.out));
       same_bits("logsumexp", lse_of(a), lse_of(run), bb,
                 bitwise ? std::nullopt : std::optional(a.bound.lse + run.bound.lse));
+      if (const auto mine = unpadded(c, run.opt, bb, one, own)) {
+        const Run u = run_case(b, mine->c, run.precision, false, &mine->opt, &mine->in);
+        RC_ASSERT(u.ok);
+        same_bits("output (alone at its own length)", u.r.out, run.r.out, bb,
+                  bitwise ? std::nullopt : std::optional(u.bound.out + run.bound.out));
+        same_bits("logsumexp (alone at its own length)", lse_of(u), lse_of(run), bb,
+                  bitwise ? std::nullopt : std::optional(u.bound.lse + run.bound.lse));
+      }
     }
   });
   if (!b.has_backward) return;
@@ -1052,6 +1087,14 @@ ATTN_PROPERTY(batch_invariant, "a sequence alone = in the batch (bitwise; a plug
       same_bits("dQ", a.r.grads.dq, all.r.grads.dq, bb, tol(ga.dq, gb.dq));
       same_bits("dK", a.r.grads.dk, all.r.grads.dk, bb, tol(ga.dk, gb.dk));
       same_bits("dV", a.r.grads.dv, all.r.grads.dv, bb, tol(ga.dv, gb.dv));
+      if (const auto mine = unpadded(c, all.opt, bb, one, own)) {
+        const BackwardRun u = run_backward_case(b, mine->c, p.name, &mine->opt, &mine->in, &d_one);
+        RC_ASSERT(u.ok);
+        const GradientBound gu = probable_bound(u);
+        same_bits("dQ (alone at its own length)", u.r.grads.dq, all.r.grads.dq, bb, tol(gu.dq, gb.dq));
+        same_bits("dK (alone at its own length)", u.r.grads.dk, first_keys(all.r.grads.dk, bb, mine->keys), 0, tol(gu.dk, gb.dk));
+        same_bits("dV (alone at its own length)", u.r.grads.dv, first_keys(all.r.grads.dv, bb, mine->keys), 0, tol(gu.dv, gb.dv));
+      }
     }
   }
 }
