@@ -22,7 +22,10 @@
 //   attn_noisy/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>/h:8/h_kv:8/variant:noisy
 //       attn_h8's one-thread forward with a noisy neighbour: a thread that sweeps a 256 MiB buffer (reads and
 //       writes every cache line, over and over) runs on the other core while the calls are timed
-// attn_h8, attn_noisy, attn_bwd and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
+//   attn_versus/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>/h:8/h_kv:8/variant:versus
+//       an outside kernel's (plugin's) attn_h8 one-thread forward, each sample preceded by one call of the
+//       fused backend on the same shape: the two alternate, and their ratio is the race's
+// attn_h8, attn_noisy, attn_versus, attn_bwd and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
 // backend with its own threads and OpenBLAS's thread count for the BLAS backends.
 // Counters: FLOP/s (4 B H n_q n_kv d, halved for causal; backward 2.5x that,
 // forward + backward 3.5x, backend.hpp's backward_flops), bytes of Q/K/V/O
@@ -349,6 +352,18 @@ const std::vector<Series>& series() {
            for (std::size_t d : prof.d) pts.push_back({square(prof.h8_n, d, 8), false, 1, false, "noisy", 1024});
          return pts;
        }},
+      {"attn_versus", "versus",
+       "attn_h8's forward points of one thread without a mask (fp32, d in d) of each outside kernel (plugin), each "
+       "sample preceded by one call of the fused backend (fused_backend()) on the same shape: a host whose speed "
+       "drifts over minutes moves both alike, and the rate over the fastest outside kernel is their ratio (the "
+       "attn_h8 points of the two are timed minutes apart)",
+       false, [](const BackendTraits& t) { return t.plugin; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         std::vector<Point> pts;
+         if (prof.h8_n && is_fp32(p))
+           for (std::size_t d : prof.d) pts.push_back({square(prof.h8_n, d, 8), false, 1, false, "versus", 1024});
+         return pts;
+       }},
       {"attn_fwdbwd", "training-step", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n (profiles with "
        "fwdbwd)", false,
        [](const BackendTraits& t) { return !t.baseline && !t.exact; },
@@ -613,6 +628,8 @@ struct Sampling {
 std::map<std::string, std::vector<std::vector<double>>> recorded_samples;
 // attn_noisy's quiet calls (the neighbour stopped), one before each noisy sample, by name, per run of it.
 std::map<std::string, std::vector<std::vector<double>>> recorded_quiet;
+// attn_versus's calls of the fused backend, one before each sample of the outside kernel, likewise.
+std::map<std::string, std::vector<std::vector<double>>> recorded_fused;
 // Each registered benchmark's schema fields (fields_of), by name (the first series that names a point owns it).
 std::map<std::string, Json> benchmark_fields;
 
@@ -667,6 +684,8 @@ void annotate_output(const std::string& path) {
     std::size_t& i = taken[name];
     if (auto q = recorded_quiet.find(name); q != recorded_quiet.end() && i < q->second.size())
       b["quiet_samples"] = q->second[i];
+    if (auto f = recorded_fused.find(name); f != recorded_fused.end() && i < f->second.size())
+      b["fused_samples"] = f->second[i];
     if (i < it->second.size()) b["samples"] = it->second[i++];
   }
   const std::regex marked("\"" + std::string(non_finite_mark) + "(-?[A-Za-z]+)\"");
@@ -709,6 +728,14 @@ class NoisyNeighbour {
   std::atomic<bool> stop_{false};  // before thread_: set before the thread starts
   std::thread thread_;
 };
+
+// The fused backend (its own threads, memory independent of n: streaming), which attn_versus alternates with
+// each outside kernel.
+const BackendInfo& fused_backend() {
+  for (const BackendInfo& b : all_backends())
+    if (b.traits.own_threads && b.traits.memory_independent_of_n && !b.traits.plugin) return b;
+  throw Error("attn_versus: no fused backend (own threads, memory independent of n) is registered");
+}
 
 void run_benchmark(benchmark::State& state, const std::string& key, const BackendInfo& b, const PrecisionInfo& p,
                    const Point& pt, bool cold, Pass pass) {
@@ -758,6 +785,26 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     neighbour.emplace();
     return time_one();
   };
+  // attn_versus: the fused backend prepared (and verified) on the same point, warmed, and called once before
+  // each sample of the outside kernel, so that the two alternate.
+  const bool versus = pt.variant == "versus";
+  std::unique_ptr<Prepared> fused;
+  std::vector<double> fused_times;
+  if (versus) {
+    fused = std::make_unique<Prepared>();
+    fused->acc = p.default_accumulate;
+    prepare_forward(*fused, fused_backend(), p, pt);
+    if (!fused->skip.empty()) return state.SkipWithError(("the fused backend: " + fused->skip).c_str());
+    set_blas_threads(pt.threads);
+    fused->call->call();
+  }
+  auto time_fused_then_one = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    fused->call->call();
+    benchmark::ClobberMemory();
+    fused_times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return time_one();
+  };
   const auto warm_t0 = std::chrono::steady_clock::now();
   one_call();  // warm: workspace and outputs touched
   const double warm = std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_t0).count();
@@ -769,7 +816,11 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     for (auto _ : state)
       if (samples.empty())
         interval = sample_adaptively(
-            [&] { return (cold ? release() : void()), noisy ? time_quiet_then_noisy() : time_one(); }, warm, cold,
+            [&] {
+              if (cold) release();
+              return noisy ? time_quiet_then_noisy() : versus ? time_fused_then_one() : time_one();
+            },
+            warm, cold,
             samples, out_of_time);
   } else {
     for (auto _ : state) {
@@ -837,6 +888,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
         interval ? (interval->second - interval->first) / median(samples) : 0.0;
     recorded_samples[key].push_back(std::move(samples));
     if (noisy) recorded_quiet[key].push_back(std::move(quiet));
+    if (versus) recorded_fused[key].push_back(std::move(fused_times));
   }
   if (prep.acc != p.default_accumulate) {
     state.SetLabel("accumulate " + std::string(accumulate_name(prep.acc)));
@@ -867,7 +919,7 @@ std::string_view pass_name(Pass pass) {
 // names. attn-bench writes them as "attn" beside each benchmark in --benchmark_out's JSON and in each
 // --list-plan line; "accumulation" is the policy the benchmark ran (a plugin's own where it lacks the
 // precision's default), "variant" is attn_var's (plain, gqa, mha, softcap, sinks, alibi, documents),
-// "decode" for attn_decode, "noisy" for attn_noisy, "" elsewhere.
+// "decode" for attn_decode, "noisy" for attn_noisy, "versus" for attn_versus, "" elsewhere.
 constexpr int schema_version = 2;
 Json fields_of(const Series& s, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
   const Shape& sh = pt.shape;
@@ -1010,7 +1062,8 @@ int main(int argc, char** argv) {
           "         softcap, sinks, alibi, documents; H = 32 gqa (H_kv = 8) and mha; streaming fp32, bf16; math,\n"
           "         blocked at n = 1024, d = 64), attn_decode (n_q = 1, n_kv = 1024 ... 32768, H = 32, H_kv = 8,\n"
           "         d = 128; to 131072 in full) and attn_noisy (attn_h8's one-thread fp32 forward of streaming and\n"
-          "         math beside a cache-polluting thread on the other core); full: every precision at\n"
+          "         math beside a cache-polluting thread on the other core), attn_versus (each plugin's attn_h8\n"
+          "         one-thread fp32 forward, each sample after one call of streaming); full: every precision at\n"
           "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32, the exact backend in fp64 only (with\n"
           "         --benchmark_min_time=0: one iteration each).\n"
           "  The memory cap defaults to a quarter of RAM.\n\n"

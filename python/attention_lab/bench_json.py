@@ -139,11 +139,13 @@ def rows(bench, label="bench.json", error=BenchError):
             row[k] = first.get(k)
         row["flop_per_call"] = first["FLOP/s"] * first["seconds_per_call"]
         row["samples"] = [x for b in reps for x in samples_of(b, label, error)]
-        # attn_noisy's quiet calls, each taken just before a noisy sample (none: the family's quiet twin decides)
-        quiet = [x for b in reps for x in b.get("quiet_samples") or []]
-        if not all(isinstance(x, (int, float)) and x > 0 for x in quiet):
-            raise error(f"{label}: benchmark {name} has a quiet sample that is not a positive number")
-        row["quiet_samples"] = [float(x) for x in quiet] or None
+        # The calls taken just before each sample: attn_noisy's quiet ones (none: the family's quiet twin
+        # decides), attn_versus's of the fused backend
+        for field, what in (("quiet_samples", "quiet"), ("fused_samples", "fused backend's")):
+            before = [x for b in reps for x in b.get(field) or []]
+            if not all(isinstance(x, (int, float)) and x > 0 for x in before):
+                raise error(f"{label}: benchmark {name} has a {what} sample that is not a positive number")
+            row[field] = [float(x) for x in before] or None
         row["repetitions"] = len(reps)
         row["seconds_per_call"] = stats.median([b["seconds_per_call"] for b in reps])
         row["FLOP/s"] = row["flop_per_call"] / row["seconds_per_call"]

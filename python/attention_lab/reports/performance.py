@@ -96,13 +96,19 @@ def performance_report(rows, peak, bench, folder):
                f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
                lambda v, need=need: need <= v <= 1.0)
     peers = backends_with(bench, plugin=True)  # the outside kernels of this run (the peers among them)
+    # attn_versus: each outside kernel's samples with a call of the fused backend just before each
+    versus = {(r["backend"], r["d"]): r for r in rows if r["family"] == "attn_versus" and r.get("fused_samples")}
+    alternated = lambda r: time_ratio(r, {"samples": r["fused_samples"]})  # noqa: E731  the fused rate over r's
     for d in (64, 128):
-        # The fastest outside kernel at this point, by its median rate in this run (none: not measured).
+        # The fastest outside kernel at this point, by its median rate in this run (none: not measured); the
+        # ratio from the calls that alternated with it where attn_versus ran, else from the two attn_h8 points.
         timed = [p for p in peers if (p, "fp32", 0, 1, d) in h8]
         fastest = max(timed, key=lambda p: rate((p, "fp32", 0, 1, d))["value"], default=None)
+        pair = versus.get((fastest, d))
         target(f"{fused} fp32, d = {d}, 1 thread: rate over the fastest outside CPU kernel of this run"
-               + (f" ({fastest})" if fastest else ""),
-               faster((fused, "fp32", 0, 1, d), (fastest, "fp32", 0, 1, d)) if fastest else None,
+               + (f" ({fastest}{', calls alternated' if pair else ''})" if fastest else ""),
+               (alternated(pair) if pair else faster((fused, "fp32", 0, 1, d), (fastest, "fp32", 0, 1, d)))
+               if fastest else None,
                f">= {bound['forward_over_fastest_peer']['min']:.2f}x", ratio,
                lambda v: v >= bound["forward_over_fastest_peer"]["min"])
     for b in blas:
@@ -221,6 +227,19 @@ def performance_report(rows, peak, bench, folder):
                          + (f"{kept['value']:.3f}x | {kept['interval'][0]:.3f} ... {kept['interval'][1]:.3f}"
                             if kept and kept["interval"] else "- | -") + f" | {src} |" if quiet else
                          f"| {b} | {d} | not measured | {rate_estimate(r)['value']:.1f} | - | - | - |")
+    if versus:
+        lines += ["", f"## {fused} against each outside kernel, calls alternated (fp32, 1 thread, B = 1, H = 8, "
+                  "n = 4096)", "",
+                  f"attn_versus: each sample of the outside kernel preceded by one call of {fused} on the same shape, "
+                  "so that a host whose speed drifts over minutes moves both alike (the attn_h8 points of the two are "
+                  "timed minutes apart). The rate over the fastest outside kernel in the targets is this ratio.", "",
+                  f"| outside kernel | d | its GFLOP/s | {fused} GFLOP/s, alternated | {fused} over it | 95% interval |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for (b, d), r in sorted(versus.items()):
+            mine = rate_estimate({"samples": r["fused_samples"], "flop_per_call": r["flop_per_call"]})
+            v = alternated(r)
+            lines.append(f"| {b} | {d} | {rate_estimate(r)['value']:.1f} | {mine['value']:.1f} | {v['value']:.3f}x | "
+                         + (f"{v['interval'][0]:.3f} ... {v['interval'][1]:.3f} |" if v["interval"] else "- |"))
     if mem:
         lines += ["", f"## {fused}'s extra memory against n (fp32, d = 64, 1 thread)", "",
                   "Peak heap of one cold call less the returned output tensor.", "",
