@@ -633,14 +633,18 @@ std::map<std::string, std::vector<std::vector<double>>> recorded_fused;
 // Each registered benchmark's schema fields (fields_of), by name (the first series that names a point owns it).
 std::map<std::string, Json> benchmark_fields;
 
-template <class TimedCall>
-std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_call, double warm, bool cold,
-                                                           std::vector<double>& samples, bool& out_of_time) {
+// before_sample runs before each sample, outside its timing (attn_noisy's quiet call, attn_versus's call of
+// the fused backend: one per sample, whatever the sample's batch of calls).
+template <class TimedCall, class BeforeSample>
+std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_call, BeforeSample&& before_sample,
+                                                           double warm, bool cold, std::vector<double>& samples,
+                                                           bool& out_of_time) {
   const std::size_t batch =
       cold ? 1 : std::max<std::size_t>(1, std::size_t(std::ceil(sampling.min_sample_seconds / std::max(warm, 1e-9))));
   const auto start = std::chrono::steady_clock::now();
   std::optional<std::pair<double, double>> interval;
   while (true) {
+    before_sample();
     double t = 0;
     for (std::size_t i = 0; i < batch; ++i) t += timed_call();
     samples.push_back(t / double(batch));
@@ -769,27 +773,17 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     per_call.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     return per_call.back();
   };
-  // attn_noisy: the neighbour beside the warm call and every timed one; with adaptive sampling each sample
-  // is preceded by one quiet call (the neighbour stopped), so that the two alternate and a host whose speed
-  // drifts over minutes moves both alike (the report's retained rate is their ratio).
+  // With adaptive sampling, a call timed before each sample that alternates with the samples, so that a
+  // host whose speed drifts over minutes moves both alike (the report takes their ratio):
+  // attn_noisy: the neighbour beside the warm call and every timed one; before each sample one quiet call
+  // (the neighbour stopped).
   const bool noisy = pt.variant == "noisy";
   std::optional<NoisyNeighbour> neighbour;
   if (noisy) neighbour.emplace();
-  std::vector<double> quiet;
-  auto time_quiet_then_noisy = [&] {
-    neighbour.reset();
-    const auto t0 = std::chrono::steady_clock::now();
-    one_call();
-    benchmark::ClobberMemory();
-    quiet.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    neighbour.emplace();
-    return time_one();
-  };
-  // attn_versus: the fused backend prepared (and verified) on the same point, warmed, and called once before
-  // each sample of the outside kernel, so that the two alternate.
+  // attn_versus: the fused backend prepared (and verified) on the same point and warmed; before each sample
+  // of the outside kernel one call of it.
   const bool versus = pt.variant == "versus";
   std::unique_ptr<Prepared> fused;
-  std::vector<double> fused_times;
   if (versus) {
     fused = std::make_unique<Prepared>();
     fused->acc = p.default_accumulate;
@@ -798,12 +792,21 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     set_blas_threads(pt.threads);
     fused->call->call();
   }
-  auto time_fused_then_one = [&] {
+  std::vector<double> before;  // those calls' times, one per sample
+  auto time_before = [&](auto&& call) {
     const auto t0 = std::chrono::steady_clock::now();
-    fused->call->call();
+    call();
     benchmark::ClobberMemory();
-    fused_times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return time_one();
+    before.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  };
+  auto before_sample = [&] {
+    if (noisy) {
+      neighbour.reset();
+      time_before(one_call);
+      neighbour.emplace();
+    } else if (versus) {
+      time_before([&] { fused->call->call(); });
+    }
   };
   const auto warm_t0 = std::chrono::steady_clock::now();
   one_call();  // warm: workspace and outputs touched
@@ -816,11 +819,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     for (auto _ : state)
       if (samples.empty())
         interval = sample_adaptively(
-            [&] {
-              if (cold) release();
-              return noisy ? time_quiet_then_noisy() : versus ? time_fused_then_one() : time_one();
-            },
-            warm, cold,
+            [&] { return (cold ? release() : void()), time_one(); }, before_sample, warm, cold,
             samples, out_of_time);
   } else {
     for (auto _ : state) {
@@ -887,8 +886,8 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     state.counters["interval_relative_width"] =
         interval ? (interval->second - interval->first) / median(samples) : 0.0;
     recorded_samples[key].push_back(std::move(samples));
-    if (noisy) recorded_quiet[key].push_back(std::move(quiet));
-    if (versus) recorded_fused[key].push_back(std::move(fused_times));
+    if (noisy) recorded_quiet[key].push_back(before);
+    if (versus) recorded_fused[key].push_back(before);
   }
   if (prep.acc != p.default_accumulate) {
     state.SetLabel("accumulate " + std::string(accumulate_name(prep.acc)));

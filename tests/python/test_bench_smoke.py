@@ -10,14 +10,20 @@ its samples in the JSON (as many as its `sample_count` counter, at least six), i
 python/attention_lab/stats.py (median_ci, written apart from attn-bench's C++ rule)
 computes from those samples, and the stopping rule held: a benchmark that
 stopped below the sample cap reached the width, and one sample fewer did not
-(unless it had fewer than six)."""
+(unless it had fewer than six).
+
+And the families that alternate a second call with their samples, adaptively:
+attn_versus with a plugin (the example one), each sample of the outside kernel
+after a call of the fused backend (`fused_samples`), and attn_noisy, each sample
+after a quiet call (`quiet_samples`): one such call per sample, as the report's
+ratios read them."""
 import json
 import math
 import os
 import subprocess
 import tempfile
 
-from paths import ATTN_BENCH
+from paths import ATTN_BENCH, plugin
 
 from attention_lab import bench_json, stats
 
@@ -77,10 +83,11 @@ def test_every_family_at_its_smallest_size():
         why = name_disagrees(r["name"], f)
         if why:
             failures.append(f"{r['name']}: its stable name and its fields {r.get('attn')} disagree: {why}")
-    for family in families:
-        if not any(n.split("/")[0] == family for n in names):
+    for family in families:  # (attn_versus times plugins only: alternated() runs it with one)
+        if family != "attn_versus" and not any(n.split("/")[0] == family for n in names):
             failures.append(f"family {family} ran no benchmark")
     failures += adaptive(exe)
+    failures += alternated(exe)
     backends = sorted({n.split("/")[1] for n in names})
     print(f"{len(runs)} benchmarks, backends {', '.join(backends)}; context: {data['context'].get('blas')}")
     for f in failures:
@@ -119,3 +126,26 @@ def adaptive(exe):
           f"widths checked against python/attention_lab/stats.py")
     return failures
 
+
+
+def alternated(exe):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "versus.json")
+        subprocess.run([exe, "--profile", "smoke", "--plugin", plugin("example"), "--adaptive=0.5", "--max-samples=8",
+                        "--benchmark_filter=^attn_(versus|noisy)/", "--benchmark_out=" + out,
+                        "--benchmark_out_format=json"],
+                       check=True, stdout=subprocess.DEVNULL)
+        with open(out) as f:
+            data = json.load(f)
+    failures = [f"{r['name']}: skipped: {r.get('error_message')}" for r in data["benchmarks"] if r.get("error_occurred")]
+    rows = bench_json.rows(data)
+    for family, field in (("attn_versus", "fused_samples"), ("attn_noisy", "quiet_samples")):
+        ran = [r for r in rows if r["family"] == family]
+        if not ran:
+            failures.append(f"{family}: no benchmark ran")
+        for r in ran:
+            xs, before = r["samples"], r.get(field) or []
+            if len(xs) < 6 or len(before) != len(xs):
+                failures.append(f"{r['name']}: {len(xs)} samples, {len(before)} {field}")
+        print(f"{family}: {len(ran)} benchmarks, each sample after its {field[:-8]} call")
+    return failures
