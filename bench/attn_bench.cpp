@@ -781,8 +781,9 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   std::optional<NoisyNeighbour> neighbour;
   if (noisy) neighbour.emplace();
   // attn_versus: the fused backend prepared (and verified) on the same point and warmed; before each sample
-  // of the outside kernel one call of it.
-  const bool versus = pt.variant == "versus";
+  // of the outside kernel one call of it (without --adaptive there are no samples to alternate with: the
+  // outside kernel alone, as in attn_h8).
+  const bool versus = pt.variant == "versus" && sampling.adaptive();
   std::unique_ptr<Prepared> fused;
   if (versus) {
     fused = std::make_unique<Prepared>();
