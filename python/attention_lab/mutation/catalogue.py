@@ -198,8 +198,9 @@ MUTANTS = [
            "for (std::size_t j = 0; j + 1 < n; ++j) s[j] /= l;", "the last weight of a row is not divided by the sum"),
     Mutant("exp-simd-edge", SIMD, "for (; j + batch::size <= n; j += batch::size) {\n    const batch e",
            "for (; j + batch::size < n; j += batch::size) {\n    const batch e",
-           "a last full vector of exps goes to the scalar tail",
-           equivalent="std::exp and xsimd::exp agree within 1.5 ulp; the sum's order changes by one rounding"),
+           "a last full vector of exps goes to the scalar tail"),
+    # (marked equivalent until the 2026-12-03 run: std::exp and the vector exp agree within 1.5 ulp, but the
+    # check-invariance stage killed it, GQA no longer bitwise equal to repeated K/V heads in fp32)
     Mutant("lse-sign", KHPP, "A(r.m + log_of<A>(r.l))", "A(r.m - log_of<A>(r.l))", "logsumexp m - log l"),
     Mutant("causal-diagonal", PROBLEM, "r = {0, static_cast<std::size_t>(last + 1)};",
            "r = {0, static_cast<std::size_t>(last)};", "a causal query does not see its own key"),
