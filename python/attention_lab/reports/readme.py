@@ -281,7 +281,7 @@ def mutation(d):
     s = m["summary"]
     pct = lambda a, b: f"{100 * a / b:.0f}%"
     surv = [r["id"] for r in m["mutants"] if not r["equivalent"] and r["status"] not in ("killed", "timeout")]
-    return (f"The committed mutation report (`{path.parent.relative_to(ROOT)}/mutation.md`, {s['seconds'] // 60} min): "
+    return (f"The committed mutation report (`{path.parent.relative_to(ROOT)}/mutation.md`, {round(s['seconds'] / 60)} min): "
             f"{s['mutants']} mutants, {s['equivalent']} equivalent; **{s['killed']} of {s['non_equivalent']}** "
             f"non-equivalent mutants killed ({pct(s['killed'], s['non_equivalent'])}), "
             f"{s['killed_by_default_check']} ({pct(s['killed_by_default_check'], s['non_equivalent'])}) by "
