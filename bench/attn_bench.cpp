@@ -25,7 +25,11 @@
 //   attn_versus/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>/h:8/h_kv:8/variant:versus
 //       an outside kernel's (plugin's) attn_h8 one-thread forward, each sample preceded by one call of the
 //       fused backend on the same shape: the two alternate, and their ratio is the race's
-// attn_h8, attn_noisy, attn_versus, attn_bwd and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
+//   attn_paired/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>/h:8/h_kv:8/variant:paired
+//   attn_bwd_paired/... the same for the backward pass
+//       the fused backend's ratio targets: each sample preceded by one call of the other side (2 threads
+//       after 1, causal after no mask, bf16 and fp16 after fp32), its times "partner_samples"
+// attn_h8, attn_noisy, attn_versus, attn_paired, attn_bwd, attn_bwd_paired and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
 // backend with its own threads and OpenBLAS's thread count for the BLAS backends.
 // Counters: FLOP/s (4 B H n_q n_kv d, halved for causal; backward 2.5x that,
 // forward + backward 3.5x, backend.hpp's backward_flops), bytes of Q/K/V/O
@@ -166,17 +170,54 @@ struct Point {
   bool cross = false;  // named by n_q and n_kv
   // attn_var's variant (plain, gqa, softcap, sinks, alibi, documents), or
   // "decode" (attn_decode); empty: the other families
-  std::string variant;
+  std::string variant = {};
   // Verified at n = min(n, verify_n) (0: at its own shape): the naive baseline at n = 4096, H = 32 takes minutes;
   // a decode step at n_kv = min(n_kv, verify_n): at 32768 keys its verification drew, rounded and copied 270 MB
   // of K and V several times over (7.6 s, fresh memory; the same kernel path as at 8192, in more splits).
   std::size_t verify_n = 0;
+  // The call timed once before each sample (with --adaptive), so that the two alternate: a host whose speed
+  // drifts over minutes moves both alike, and their ratio (sample by sample) is the comparison's. attn_versus:
+  // the fused backend on this point; attn_paired, attn_bwd_paired: this backend at another precision, mask or
+  // thread count (the ratio targets' other side).
+  struct Partner {
+    bool fused = false;     // the fused backend (fused_backend()) instead of this one
+    std::string precision = {};  // another storage ("": the same)
+    int causal = -1;        // another mask (-1: the same)
+    int threads = 0;        // another thread count (0: the same)
+  };
+  std::optional<Partner> partner = std::nullopt;
 };
+
+// The partner's point: this one with the partner's mask and thread count, no partner of its own.
+Point partner_point(const Point& pt) {
+  Point q = pt;
+  if (pt.partner->causal >= 0) q.causal = pt.partner->causal == 1;
+  if (pt.partner->threads) q.threads = pt.partner->threads;
+  q.partner.reset();
+  q.variant.clear();
+  return q;
+}
 
 bool is_fp32(const PrecisionInfo& p) { return p.name == "fp32"; }
 // The reduced profiles run other precisions at one size only.
 bool everywhere(const Profile& prof, const PrecisionInfo& p) { return prof.all_precisions_everywhere || is_fp32(p); }
 Shape square(std::size_t n, std::size_t d, std::size_t heads = 1) { return {1, heads, n, n, d, d}; }
+
+// The ratio targets' points of one precision (targets.json: two_threads, causal_speedup, narrow_over_fp32,
+// bf16_dot_over_fp32, backward_narrow_over_fp32), each with the other side as its partner: fp32 on 2 threads
+// after 1 thread, fp32 causal after no mask, bf16 and fp16 after fp32 (1 thread, no mask). B = 1, H = 8 at n.
+std::vector<Point> paired_points(std::size_t n, const std::vector<std::size_t>& ds, const PrecisionInfo& p) {
+  std::vector<Point> pts;
+  for (std::size_t d : ds) {
+    if (is_fp32(p)) {
+      pts.push_back({square(n, d, 8), false, 2, false, "paired", 1024, Point::Partner{.threads = 1}});
+      pts.push_back({square(n, d, 8), true, 1, false, "paired", 1024, Point::Partner{.causal = 0}});
+    } else if (p.name == "bf16" || p.name == "fp16") {
+      pts.push_back({square(n, d, 8), false, 1, false, "paired", 1024, Point::Partner{.precision = "fp32"}});
+    }
+  }
+  return pts;
+}
 
 // What a benchmark times: the forward call, the backward call, or both.
 enum class Pass { forward, backward, forward_backward };
@@ -361,9 +402,27 @@ const std::vector<Series>& series() {
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          std::vector<Point> pts;
          if (prof.h8_n && is_fp32(p))
-           for (std::size_t d : prof.d) pts.push_back({square(prof.h8_n, d, 8), false, 1, false, "versus", 1024});
+           for (std::size_t d : prof.d)
+             pts.push_back({square(prof.h8_n, d, 8), false, 1, false, "versus", 1024, Point::Partner{.fused = true}});
          return pts;
        }},
+      {"attn_paired", "paired",
+       "the fused backend's ratio targets at attn_h8's points (B = 1, H = 8, h8_n, d in d), each sample preceded by "
+       "one call of the other side (paired_points): the two alternate, so a host whose speed drifts over minutes "
+       "moves both alike (the attn_h8 points of the two are timed minutes apart)",
+       false, [](const BackendTraits& t) { return t.own_threads && t.memory_independent_of_n && !t.plugin; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         return prof.h8_n ? paired_points(prof.h8_n, prof.d, p) : std::vector<Point>{};
+       }},
+      {"attn_bwd_paired", "paired",
+       "attn_paired for the backward pass, at the backward targets' n (the largest bwd_n); bf16 and fp16 where "
+       "the profile has the narrow backward (bwd_narrow)",
+       false, [](const BackendTraits& t) { return t.own_threads && t.memory_independent_of_n && !t.plugin; },
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+         if (prof.bwd_n.empty() || (!is_fp32(p) && !prof.bwd_narrow)) return std::vector<Point>{};
+         return paired_points(*std::max_element(prof.bwd_n.begin(), prof.bwd_n.end()), prof.d, p);
+       },
+       Pass::backward},
       {"attn_fwdbwd", "training-step", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n (profiles with "
        "fwdbwd)", false,
        [](const BackendTraits& t) { return !t.baseline && !t.exact; },
@@ -628,13 +687,13 @@ struct Sampling {
 std::map<std::string, std::vector<std::vector<double>>> recorded_samples;
 // attn_noisy's quiet calls (the neighbour stopped), one before each noisy sample, by name, per run of it.
 std::map<std::string, std::vector<std::vector<double>>> recorded_quiet;
-// attn_versus's calls of the fused backend, one before each sample of the outside kernel, likewise.
-std::map<std::string, std::vector<std::vector<double>>> recorded_fused;
+// The partner's calls (Point::partner: attn_versus, attn_paired, attn_bwd_paired), one before each sample, likewise.
+std::map<std::string, std::vector<std::vector<double>>> recorded_partner;
 // Each registered benchmark's schema fields (fields_of), by name (the first series that names a point owns it).
 std::map<std::string, Json> benchmark_fields;
 
-// before_sample runs before each sample, outside its timing (attn_noisy's quiet call, attn_versus's call of
-// the fused backend: one per sample, whatever the sample's batch of calls).
+// before_sample runs before each sample, outside its timing (attn_noisy's quiet call, the partner's call of a
+// point that has one: one per sample, whatever the sample's batch of calls).
 template <class TimedCall, class BeforeSample>
 std::optional<std::pair<double, double>> sample_adaptively(TimedCall&& timed_call, BeforeSample&& before_sample,
                                                            double warm, bool cold, std::vector<double>& samples,
@@ -688,8 +747,8 @@ void annotate_output(const std::string& path) {
     std::size_t& i = taken[name];
     if (auto q = recorded_quiet.find(name); q != recorded_quiet.end() && i < q->second.size())
       b["quiet_samples"] = q->second[i];
-    if (auto f = recorded_fused.find(name); f != recorded_fused.end() && i < f->second.size())
-      b["fused_samples"] = f->second[i];
+    if (auto f = recorded_partner.find(name); f != recorded_partner.end() && i < f->second.size())
+      b["partner_samples"] = f->second[i];
     if (i < it->second.size()) b["samples"] = it->second[i++];
   }
   const std::regex marked("\"" + std::string(non_finite_mark) + "(-?[A-Za-z]+)\"");
@@ -741,6 +800,14 @@ const BackendInfo& fused_backend() {
   throw Error("attn_versus: no fused backend (own threads, memory independent of n) is registered");
 }
 
+void call_pass(PreparedCall& call, Pass pass) {
+  switch (pass) {
+    case Pass::forward: return call.call();
+    case Pass::backward: return call.call_backward();
+    case Pass::forward_backward: return call.call_forward_backward();
+  }
+}
+
 void run_benchmark(benchmark::State& state, const std::string& key, const BackendInfo& b, const PrecisionInfo& p,
                    const Point& pt, bool cold, Pass pass) {
   const Prepared& prep = prepare(key, b, p, pt, pass);
@@ -751,13 +818,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   // would make CPU time misleading); measured here rather than with
   // UseRealTime(), which would append "/real_time" to the stable names.
   PreparedCall& call = *prep.call;
-  auto one_call = [&] {
-    switch (pass) {
-      case Pass::forward: return call.call();
-      case Pass::backward: return call.call_backward();
-      case Pass::forward_backward: return call.call_forward_backward();
-    }
-  };
+  auto one_call = [&] { call_pass(call, pass); };
   // A cold call's workspace is released (and its pages given back, so the call touches fresh memory) before
   // its clock starts.
   auto release = [&] {
@@ -780,19 +841,28 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   const bool noisy = pt.variant == "noisy";
   std::optional<NoisyNeighbour> neighbour;
   if (noisy) neighbour.emplace();
-  // attn_versus: the fused backend prepared (and verified) on the same point and warmed; before each sample
-  // of the outside kernel one call of it (without --adaptive there are no samples to alternate with: the
-  // outside kernel alone, as in attn_h8).
-  const bool versus = pt.variant == "versus" && sampling.adaptive();
-  std::unique_ptr<Prepared> fused;
-  if (versus) {
-    fused = std::make_unique<Prepared>();
-    fused->acc = p.default_accumulate;
-    prepare_forward(*fused, fused_backend(), p, pt);
-    if (!fused->skip.empty()) return state.SkipWithError(("the fused backend: " + fused->skip).c_str());
-    set_blas_threads(pt.threads);
-    fused->call->call();
+  // A point with a partner (attn_versus, attn_paired, attn_bwd_paired): the partner prepared (and verified)
+  // and warmed; before each sample one call of it (without --adaptive there are no samples to alternate with:
+  // this point alone, as in attn_h8).
+  const bool paired = pt.partner && sampling.adaptive();
+  std::unique_ptr<Prepared> partner;
+  Point partner_pt;
+  if (paired) {
+    partner_pt = partner_point(pt);
+    const PrecisionInfo& pp = pt.partner->precision.empty() ? p : precision_info(pt.partner->precision);
+    partner = std::make_unique<Prepared>();
+    partner->acc = pp.default_accumulate;
+    const BackendInfo& pb = pt.partner->fused ? fused_backend() : b;
+    if (pass == Pass::forward) prepare_forward(*partner, pb, pp, partner_pt);
+    else prepare_backward(*partner, pb, pp, partner_pt);
+    if (!partner->skip.empty()) return state.SkipWithError(("the partner: " + partner->skip).c_str());
   }
+  auto partner_call = [&] {
+    set_blas_threads(partner_pt.threads);
+    call_pass(*partner->call, pass);
+    set_blas_threads(pt.threads);
+  };
+  if (paired) partner_call();  // warm
   std::vector<double> before;  // those calls' times, one per sample
   auto time_before = [&](auto&& call) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -805,8 +875,8 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
       neighbour.reset();
       time_before(one_call);
       neighbour.emplace();
-    } else if (versus) {
-      time_before([&] { fused->call->call(); });
+    } else if (paired) {
+      time_before(partner_call);
     }
   };
   const auto warm_t0 = std::chrono::steady_clock::now();
@@ -888,7 +958,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
         interval ? (interval->second - interval->first) / median(samples) : 0.0;
     recorded_samples[key].push_back(std::move(samples));
     if (noisy) recorded_quiet[key].push_back(before);
-    if (versus) recorded_fused[key].push_back(before);
+    if (paired) recorded_partner[key].push_back(before);
   }
   if (prep.acc != p.default_accumulate) {
     state.SetLabel("accumulate " + std::string(accumulate_name(prep.acc)));
@@ -919,8 +989,19 @@ std::string_view pass_name(Pass pass) {
 // names. attn-bench writes them as "attn" beside each benchmark in --benchmark_out's JSON and in each
 // --list-plan line; "accumulation" is the policy the benchmark ran (a plugin's own where it lacks the
 // precision's default), "variant" is attn_var's (plain, gqa, mha, softcap, sinks, alibi, documents),
-// "decode" for attn_decode, "noisy" for attn_noisy, "versus" for attn_versus, "" elsewhere.
+// "decode" for attn_decode, "noisy" for attn_noisy, "versus" for attn_versus, "paired" for attn_paired and
+// attn_bwd_paired, "" elsewhere.
+// "partner" (null where none) is what the call before each sample times (Point::partner): its backend, storage,
+// causal and threads (added within schema 2: a reader that does not know it reads the rest as before).
 constexpr int schema_version = 2;
+Json partner_fields(const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
+  if (!pt.partner) return nullptr;
+  const Point q = partner_point(pt);
+  return {{"backend", pt.partner->fused ? fused_backend().name : b.name},
+          {"storage", pt.partner->precision.empty() ? p.name : pt.partner->precision},
+          {"causal", q.causal},
+          {"threads", q.threads}};
+}
 Json fields_of(const Series& s, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
   const Shape& sh = pt.shape;
   return {{"family", s.family},   {"role", s.role},         {"pass", pass_name(s.pass)},
@@ -928,7 +1009,8 @@ Json fields_of(const Series& s, const BackendInfo& b, const PrecisionInfo& p, co
           {"causal", pt.causal},  {"threads", pt.threads},  {"batch", sh.batch},
           {"heads", sh.heads},    {"kv_heads", sh.kv_head_count()}, {"n_q", sh.n_q},
           {"n_kv", sh.n_kv},      {"d_k", sh.d_k},          {"d_v", sh.d_v},
-          {"variant", pt.variant}, {"cold", s.cold},        {"plugin", b.traits.plugin}};
+          {"variant", pt.variant}, {"cold", s.cold},        {"plugin", b.traits.plugin},
+          {"partner", partner_fields(b, p, pt)}};
 }
 
 // What scripts/run --plan needs of one benchmark (attn-bench --list-plan, one JSON line each): its name and
@@ -936,18 +1018,25 @@ Json fields_of(const Series& s, const BackendInfo& b, const PrecisionInfo& p, co
 Json plan_entry(const std::string& name, const Json& fields, const BackendInfo& b, const PrecisionInfo& p,
                 const Point& pt, Pass pass) {
   const Shape& s = pt.shape;
-  const double fwd = flops(s, pt.causal);
   // A point no accumulation policy of the backend supports skips at once (prepare_forward): nearly free.
   bool supported = pass != Pass::forward;
   for (Accumulate acc : accumulate_policies())
     supported = supported || b.unsupported_reason(p, acc, s, options_of(pt)).empty();
   Shape checked = pass == Pass::forward ? verified_shape(pt) : s;
   if (pass != Pass::forward) checked.heads = 1, checked.n_q = checked.n_kv = std::min<std::size_t>(s.n_q, 1024);
+  auto pass_flops = [&](bool causal) {
+    return pass == Pass::forward    ? flops(s, causal)
+           : pass == Pass::backward ? backward_flops(s, causal)
+                                    : flops(s, causal) + backward_flops(s, causal);
+  };
+  // A partner's calls (one per sample) about double the timed work, and its verification the check's.
+  const double partners = pt.partner ? 1 : 0;
+  const bool partner_causal = pt.partner ? partner_point(pt).causal : false;
   return {{"name", name},
           {"attn", fields},
-          {"flops", pass == Pass::forward ? fwd : pass == Pass::backward ? backward_flops(s, pt.causal)
-                                                                         : fwd + backward_flops(s, pt.causal)},
-          {"verify_flops", flops(checked, pt.causal) * (pass == Pass::forward ? 1 : 3.5)},
+          {"flops", pass_flops(pt.causal) + partners * pass_flops(partner_causal)},
+          {"verify_flops", (flops(checked, pt.causal) + partners * flops(checked, partner_causal)) *
+                               (pass == Pass::forward ? 1 : 3.5)},
           {"verify_reference_cost", backends::reference_cost(checked) * (pass == Pass::forward ? 1 : 2.5)},
           {"reference_budget", backends::reference_budget},
           {"supported", supported}};
@@ -1063,7 +1152,9 @@ int main(int argc, char** argv) {
           "         blocked at n = 1024, d = 64), attn_decode (n_q = 1, n_kv = 1024 ... 32768, H = 32, H_kv = 8,\n"
           "         d = 128; to 131072 in full) and attn_noisy (attn_h8's one-thread fp32 forward of streaming and\n"
           "         math beside a cache-polluting thread on the other core), attn_versus (each plugin's attn_h8\n"
-          "         one-thread fp32 forward, each sample after one call of streaming); full: every precision at\n"
+          "         one-thread fp32 forward, each sample after one call of streaming), attn_paired and\n"
+          "         attn_bwd_paired (streaming's ratio targets, each sample after one call of the other side:\n"
+          "         2 threads after 1, causal after no mask, bf16 and fp16 after fp32); full: every precision at\n"
           "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32, the exact backend in fp64 only (with\n"
           "         --benchmark_min_time=0: one iteration each).\n"
           "  The memory cap defaults to a quarter of RAM.\n\n"

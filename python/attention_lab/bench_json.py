@@ -85,7 +85,11 @@ def fields(b, known, label="bench.json", error=BenchError):
            "precision": f["storage"], "accumulation": f["accumulation"], "causal": int(bool(f["causal"])),
            "threads": int(f["threads"]), "batch": f["batch"], "h": f["heads"], "h_kv": f["kv_heads"],
            "n_q": f["n_q"], "n_kv": f["n_kv"], "d": f["d_k"], "d_v": f["d_v"], "variant": f["variant"],
-           "cold": f["cold"], "plugin": f["plugin"]}
+           "cold": f["cold"], "plugin": f["plugin"], "partner": None}
+    partner = f.get("partner")  # the call timed before each sample (attn_versus, attn_paired), keyed as a row
+    if isinstance(partner, dict):
+        row["partner"] = {"backend": partner["backend"], "precision": partner["storage"],
+                          "causal": int(bool(partner["causal"])), "threads": int(partner["threads"])}
     if f["n_q"] == f["n_kv"] and f["variant"] != "decode":
         row["n"] = f["n_q"]
     return row
@@ -139,13 +143,26 @@ def rows(bench, label="bench.json", error=BenchError):
             row[k] = first.get(k)
         row["flop_per_call"] = first["FLOP/s"] * first["seconds_per_call"]
         row["samples"] = [x for b in reps for x in samples_of(b, label, error)]
-        # The calls taken just before each sample: attn_noisy's quiet ones (none: the family's quiet twin
-        # decides), attn_versus's of the fused backend
-        for field, what in (("quiet_samples", "quiet"), ("fused_samples", "fused backend's")):
-            before = [x for b in reps for x in b.get(field) or []]
+        # The calls taken just before each sample, one per sample: attn_noisy's quiet ones (none: the family's
+        # quiet twin decides), the partner's (row["partner"]: attn_versus, attn_paired, attn_bwd_paired). Runs
+        # before 2026-12-03's attn_paired wrote attn_versus's as "fused_samples", without a partner field: the
+        # fused backend (by its traits) at the row's own point.
+        for field, what in (("quiet_samples", "quiet"), ("partner_samples", "partner's")):
+            before = [x for b in reps for x in b.get(field) or (b.get("fused_samples") or []
+                                                                 if field == "partner_samples" else [])]
             if not all(isinstance(x, (int, float)) and x > 0 for x in before):
                 raise error(f"{label}: benchmark {name} has a {what} sample that is not a positive number")
+            if before and len(before) != len(row["samples"]):
+                raise error(f"{label}: benchmark {name} has {len(before)} {what} samples for {len(row['samples'])} "
+                            "samples (one before each)")
             row[field] = [float(x) for x in before] or None
+        if row["partner_samples"] and row["partner"] is None:
+            fused = [b for b, t in traits.items() if t.get("own_threads") and t.get("memory_independent_of_n")
+                     and not t.get("plugin")]
+            if not fused:
+                raise error(f"{label}: benchmark {name} has fused_samples but the run lists no fused backend")
+            row["partner"] = {"backend": fused[0], "precision": row["precision"], "causal": row["causal"],
+                              "threads": row["threads"]}
         row["repetitions"] = len(reps)
         row["seconds_per_call"] = stats.median([b["seconds_per_call"] for b in reps])
         row["FLOP/s"] = row["flop_per_call"] / row["seconds_per_call"]

@@ -63,6 +63,18 @@ def ratio_ci(a, b, level=LEVEL, resamples=BOOTSTRAP, seed=SEED):
     return r, (float(lo), float(hi))
 
 
+def paired_ratio_ci(a, b, level=LEVEL):
+    """The median of the ratios a[i] / b[i] of samples taken in pairs (b[i] just before a[i]: calls that
+    alternated) and its order-statistics interval (median_ci: distribution-free), None with too few pairs. A
+    host whose speed drifts between pairs moves both sides of each alike, so the drift leaves the ratios
+    alone, where ratio_ci's independent resampling would count it twice."""
+    if len(a) != len(b):
+        raise ValueError(f"paired_ratio_ci: {len(a)} samples against {len(b)}: not pairs")
+    ratios = [float(x) / float(y) for x, y in zip(a, b)]
+    ci = median_ci(ratios, level)
+    return median(ratios), ci and (ci[0], ci[1])
+
+
 def verdict(interval, target, higher_is_better=True):
     """'met' when the whole interval is on the good side of the target,
     'missed' when it is wholly on the bad side, 'within noise' when it

@@ -14,9 +14,12 @@ stopped below the sample cap reached the width, and one sample fewer did not
 
 And the families that alternate a second call with their samples, adaptively:
 attn_versus with a plugin (the example one), each sample of the outside kernel
-after a call of the fused backend (`fused_samples`), and attn_noisy, each sample
-after a quiet call (`quiet_samples`): one such call per sample, as the report's
-ratios read them."""
+after a call of the fused backend, attn_paired and attn_bwd_paired, each sample
+after a call of the ratio target's other side (`partner_samples`, the partner
+named in the fields: the fused backend at the same point for attn_versus, the
+same backend differing in exactly one of storage, mask, threads for the paired
+families), and attn_noisy, each sample after a quiet call (`quiet_samples`):
+one such call per sample, as the report's ratios read them."""
 import json
 import math
 import os
@@ -132,14 +135,16 @@ def alternated(exe):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "versus.json")
         subprocess.run([exe, "--profile", "smoke", "--plugin", plugin("example"), "--adaptive=0.5", "--max-samples=8",
-                        "--benchmark_filter=^attn_(versus|noisy)/", "--benchmark_out=" + out,
+                        "--benchmark_filter=^attn_(versus|noisy|paired|bwd_paired)/", "--benchmark_out=" + out,
                         "--benchmark_out_format=json"],
                        check=True, stdout=subprocess.DEVNULL)
         with open(out) as f:
             data = json.load(f)
     failures = [f"{r['name']}: skipped: {r.get('error_message')}" for r in data["benchmarks"] if r.get("error_occurred")]
     rows = bench_json.rows(data)
-    for family, field in (("attn_versus", "fused_samples"), ("attn_noisy", "quiet_samples")):
+    differing = lambda r: [k for k in ("backend", "precision", "causal", "threads") if r["partner"][k] != r[k]]  # noqa
+    for family, field in (("attn_versus", "partner_samples"), ("attn_paired", "partner_samples"),
+                          ("attn_bwd_paired", "partner_samples"), ("attn_noisy", "quiet_samples")):
         ran = [r for r in rows if r["family"] == family]
         if not ran:
             failures.append(f"{family}: no benchmark ran")
@@ -147,5 +152,11 @@ def alternated(exe):
             xs, before = r["samples"], r.get(field) or []
             if len(xs) < 6 or len(before) != len(xs):
                 failures.append(f"{r['name']}: {len(xs)} samples, {len(before)} {field}")
+            if field == "partner_samples":
+                want = (["backend"] if family == "attn_versus" else ["threads"] if r["threads"] == 2
+                        else ["causal"] if r["causal"] else ["precision"])
+                if not r["partner"] or differing(r) != want:
+                    failures.append(f"{r['name']}: partner {r['partner']}: differs in {r['partner'] and differing(r)}, "
+                                    f"not in {want}")
         print(f"{family}: {len(ran)} benchmarks, each sample after its {field[:-8]} call")
     return failures

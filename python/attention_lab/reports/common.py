@@ -93,6 +93,34 @@ def time_ratio(num, den):
     return {"value": v, "interval": ci}
 
 
+def point_key(r):
+    """A row's point as the targets key it: (backend, precision, causal, threads, d)."""
+    return (r["backend"], r["precision"], r["causal"], r["threads"], r["d"])
+
+
+def alternated_rows(rows):
+    """{(pass, subject, partner): row} of every benchmark timed with its partner's call before each sample
+    (attn_versus, attn_paired, attn_bwd_paired), subject and partner keyed as point_key."""
+    return {(r["pass"], point_key(r), (r["partner"]["backend"], r["partner"]["precision"], r["partner"]["causal"],
+                                         r["partner"]["threads"], r["d"])): r
+            for r in rows if r.get("partner") and r.get("partner_samples")}
+
+
+def rate_over(pairs, pass_, a, b, points):
+    """The rate of point a over point b (point_key) for a pass: from the calls that alternated where the run
+    timed one of the two as the other's partner (stats.paired_ratio_ci over the pairs), else from the two rows
+    of `points` (timed minutes apart: time_ratio). (estimate or None, whether the calls alternated)."""
+    if (pass_, a, b) in pairs:  # a's samples, b's calls before them
+        r = pairs[(pass_, a, b)]
+        v, ci = stats.paired_ratio_ci(r["partner_samples"], r["samples"])
+        return {"value": v, "interval": ci}, True
+    if (pass_, b, a) in pairs:
+        r = pairs[(pass_, b, a)]
+        v, ci = stats.paired_ratio_ci(r["samples"], r["partner_samples"])
+        return {"value": v, "interval": ci}, True
+    return time_ratio(points.get(b), points.get(a)), False
+
+
 def scaled(est, k):
     """An estimate divided by a constant (a measured peak): its interval too."""
     if not est or not k:

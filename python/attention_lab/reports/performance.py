@@ -3,7 +3,7 @@
 import matplotlib.pyplot as plt
 
 from attention_lab import stats
-from attention_lab.reports.common import ReportError, Targets, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, savefig, scaled, time_ratio
+from attention_lab.reports.common import ReportError, Targets, alternated_rows, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
 from attention_lab.runs import precision_peak
 
 
@@ -84,7 +84,14 @@ def performance_report(rows, peak, bench, folder):
                   "so no fraction of peak in this report can be trusted.", ""]
     target = Targets()
     rate = lambda key: rate_estimate(h8.get(key))  # noqa: E731
-    faster = lambda a, b: time_ratio(h8.get(b), h8.get(a))  # noqa: E731  the rate of a over b
+    # The ratio targets: from calls that alternated (attn_versus, attn_paired) where the run has them, else from
+    # the two attn_h8 points (timed minutes apart); the target's name says which.
+    pairs = alternated_rows(rows)
+
+    def ratio_target(what, a, b, need, pass_="forward", points=h8, source=""):
+        est, alt = rate_over(pairs, pass_, a, b, points)
+        extra = ", ".join(x for x in (source, "calls alternated" if alt else "") if x)
+        target(what + (f" ({extra})" if extra else ""), est, f">= {need:.2f}x", ratio, lambda v: v >= need)
 
     pct = lambda v: f"{100 * v:.0f}%"
     ratio = lambda v: f"{v:.4f}x"
@@ -96,40 +103,34 @@ def performance_report(rows, peak, bench, folder):
                f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
                lambda v, need=need: need <= v <= 1.0)
     peers = backends_with(bench, plugin=True)  # the outside kernels of this run (the peers among them)
-    # attn_versus: each outside kernel's samples with a call of the fused backend just before each
-    versus = {(r["backend"], r["d"]): r for r in rows if r["family"] == "attn_versus" and r.get("fused_samples")}
-    alternated = lambda r: time_ratio(r, {"samples": r["fused_samples"]})  # noqa: E731  the fused rate over r's
     for d in (64, 128):
-        # The fastest outside kernel at this point, by its median rate in this run (none: not measured); the
-        # ratio from the calls that alternated with it where attn_versus ran, else from the two attn_h8 points.
+        # The fastest outside kernel at this point, by its median rate in this run (none: not measured).
         timed = [p for p in peers if (p, "fp32", 0, 1, d) in h8]
         fastest = max(timed, key=lambda p: rate((p, "fp32", 0, 1, d))["value"], default=None)
-        pair = versus.get((fastest, d))
-        target(f"{fused} fp32, d = {d}, 1 thread: rate over the fastest outside CPU kernel of this run"
-               + (f" ({fastest}{', calls alternated' if pair else ''})" if fastest else ""),
-               (alternated(pair) if pair else faster((fused, "fp32", 0, 1, d), (fastest, "fp32", 0, 1, d)))
-               if fastest else None,
-               f">= {bound['forward_over_fastest_peer']['min']:.2f}x", ratio,
-               lambda v: v >= bound["forward_over_fastest_peer"]["min"])
+        if fastest:
+            ratio_target(f"{fused} fp32, d = {d}, 1 thread: rate over the fastest outside CPU kernel of this run",
+                         (fused, "fp32", 0, 1, d), (fastest, "fp32", 0, 1, d),
+                         bound["forward_over_fastest_peer"]["min"], source=fastest)
+        else:
+            target(f"{fused} fp32, d = {d}, 1 thread: rate over the fastest outside CPU kernel of this run", None,
+                   f">= {bound['forward_over_fastest_peer']['min']:.2f}x", ratio, None)  # not measured
     for b in blas:
         for d in (64, 128):
-            target(f"{fused} fp32, d = {d}, 1 thread: rate over {b}", faster((fused, "fp32", 0, 1, d), (b, "fp32", 0, 1, d)),
-                   f">= {bound['forward_over_blas']['min']:.2f}x", ratio, lambda v: v >= bound["forward_over_blas"]["min"])
+            ratio_target(f"{fused} fp32, d = {d}, 1 thread: rate over {b}", (fused, "fp32", 0, 1, d),
+                         (b, "fp32", 0, 1, d), bound["forward_over_blas"]["min"])
     for d in (64, 128):
-        target(f"{fused} fp32, d = {d}: 2 threads over 1", faster((fused, "fp32", 0, 2, d), (fused, "fp32", 0, 1, d)),
-               f">= {bound['two_threads']['min']:.2f}x", ratio, lambda v: v >= bound["two_threads"]["min"])
-    for d in (64, 128):
-        target(f"{fused} fp32, d = {d}: causal speed-up (time ratio)",
-               time_ratio(h8.get((fused, "fp32", 0, 1, d)), h8.get((fused, "fp32", 1, 1, d))),
-               f">= {bound['causal_speedup']['min']:.2f}x", ratio, lambda v: v >= bound["causal_speedup"]["min"])
+        ratio_target(f"{fused} fp32, d = {d}: 2 threads over 1", (fused, "fp32", 0, 2, d), (fused, "fp32", 0, 1, d),
+                     bound["two_threads"]["min"])
+    for d in (64, 128):  # the time without the mask over the time with it (rate_over's rates are calls per second)
+        ratio_target(f"{fused} fp32, d = {d}: causal speed-up (time ratio)", (fused, "fp32", 1, 1, d),
+                     (fused, "fp32", 0, 1, d), bound["causal_speedup"]["min"])
     for p in ("bf16", "fp16"):
         # bf16 where the CPU has AVX512_BF16 (a bf16 dot-product peak was measured): the bf16 dot-product target
         key = "bf16_dot_over_fp32" if p == "bf16" and peak.get("bf16_dot_gflops_core") else "narrow_over_fp32"
         for d in (64, 128):
-            target(f"{fused} {p} (fp32 accumulation), d = {d}: rate over fp32"
-                   + (" (AVX512_BF16 dot products)" if key == "bf16_dot_over_fp32" else ""),
-                   faster((fused, p, 0, 1, d), (fused, "fp32", 0, 1, d)), f">= {bound[key]['min']:.2f}x",
-                   ratio, lambda v, key=key: v >= bound[key]["min"])
+            ratio_target(f"{fused} {p} (fp32 accumulation), d = {d}: rate over fp32"
+                         + (" (AVX512_BF16 dot products)" if key == "bf16_dot_over_fp32" else ""),
+                         (fused, p, 0, 1, d), (fused, "fp32", 0, 1, d), bound[key]["min"])
     for b in blas:
         for d in (64, 128):
             target(f"{b} fp32, d = {d}: fraction of the two attention GEMMs alone (attn-lab peak)",
@@ -171,7 +172,7 @@ def performance_report(rows, peak, bench, folder):
         for d in (64, 128):
             target(f"{fused} fp32, d = {d}, 1 thread, beside a noisy neighbour: rate over its quiet rate",
                    retained.get((fused, d)), f">= {need:.2f}x", ratio, lambda v, need=need: v >= need)
-    bwd_lines = backward_performance(rows, fused, peak, target, peers)  # its targets join the table below
+    bwd_lines = backward_performance(rows, fused, peak, target, peers, ratio_target)  # its targets join the table below
     counts = sorted({len(r["samples"]) for r in h8.values()})
     sampling = bench["context"].get("adaptive_sampling", "off")
     lines += ["## Performance targets, B = 1, H = 8, n = 4096", "",
@@ -182,7 +183,8 @@ def performance_report(rows, peak, bench, folder):
                  if sampling != "off" else "Google Benchmark's repetitions, a sample one repetition's median call")
               + ". A rate's interval is the 95% order-statistics interval of the median over the samples "
               "(distribution-free; none with fewer than 6); a ratio's is a 95% percentile bootstrap of the ratio of "
-              f"medians ({stats.BOOTSTRAP} resamples, seed {stats.SEED}). Verdict: met when the whole interval "
+              f"medians ({stats.BOOTSTRAP} resamples, seed {stats.SEED}), or, where the two were timed in alternating "
+              "calls (\"calls alternated\"), the order-statistics interval of the median of the pairs' ratios. Verdict: met when the whole interval "
               "meets the requirement, MISSED when none of it does, within noise when it straddles it. Memory "
               "figures are deterministic (one allocation count), without interval.", ""]
     lines += target.table()
@@ -227,19 +229,24 @@ def performance_report(rows, peak, bench, folder):
                          + (f"{kept['value']:.3f}x | {kept['interval'][0]:.3f} ... {kept['interval'][1]:.3f}"
                             if kept and kept["interval"] else "- | -") + f" | {src} |" if quiet else
                          f"| {b} | {d} | not measured | {rate_estimate(r)['value']:.1f} | - | - | - |")
-    if versus:
-        lines += ["", f"## {fused} against each outside kernel, calls alternated (fp32, 1 thread, B = 1, H = 8, "
-                  "n = 4096)", "",
-                  f"attn_versus: each sample of the outside kernel preceded by one call of {fused} on the same shape, "
-                  "so that a host whose speed drifts over minutes moves both alike (the attn_h8 points of the two are "
-                  "timed minutes apart). The rate over the fastest outside kernel in the targets is this ratio.", "",
-                  f"| outside kernel | d | its GFLOP/s | {fused} GFLOP/s, alternated | {fused} over it | 95% interval |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for (b, d), r in sorted(versus.items()):
-            mine = rate_estimate({"samples": r["fused_samples"], "flop_per_call": r["flop_per_call"]})
-            v = alternated(r)
-            lines.append(f"| {b} | {d} | {rate_estimate(r)['value']:.1f} | {mine['value']:.1f} | {v['value']:.3f}x | "
-                         + (f"{v['interval'][0]:.3f} ... {v['interval'][1]:.3f} |" if v["interval"] else "- |"))
+    if pairs:
+        lines += ["", "## Calls alternated (B = 1, H = 8)", "",
+                  "attn_versus (each outside kernel, a call of " + fused + " on the same shape before each of its "
+                  "samples), attn_paired and attn_bwd_paired (" + fused + "'s ratio targets: a call of the other side "
+                  "before each sample): a host whose speed drifts over minutes moves both calls of a pair alike, "
+                  "where the attn_h8 and attn_bwd points are timed minutes apart. The targets above that say "
+                  "\"calls alternated\" take their ratio from here: the median over the pairs of the partner's time "
+                  "over the point's (the point's calls per second over the partner's), with the order-statistics "
+                  "interval of that median.", "",
+                  "| pass | point | ms per call | partner | ms per call | point over partner | 95% interval | pairs |",
+                  "|---|---|---:|---|---:|---:|---:|---:|"]
+        show = lambda k: f"{k[0]} {k[1]}, {'causal' if k[2] else 'no mask'}, {k[3]} thread{'s' if k[3] > 1 else ''}, d = {k[4]}"  # noqa: E731
+        for (pass_, a, b), r in sorted(pairs.items()):
+            v, _ = rate_over(pairs, pass_, a, b, {})
+            lines.append(f"| {pass_} | {show(a)} | {1e3 * stats.median(r['samples']):.1f} | {show(b)} | "
+                         f"{1e3 * stats.median(r['partner_samples']):.1f} | {v['value']:.3f}x | "
+                         + (f"{v['interval'][0]:.3f} ... {v['interval'][1]:.3f}" if v["interval"] else "-")
+                         + f" | {len(r['samples'])} |")
     if mem:
         lines += ["", f"## {fused}'s extra memory against n (fp32, d = 64, 1 thread)", "",
                   "Peak heap of one cold call less the returned output tensor.", "",
@@ -253,8 +260,9 @@ def performance_report(rows, peak, bench, folder):
                                       + [f"INSTRUMENT ERROR (attn-lab peak): {e}" for e in peak.get("instrument_errors", [])])
 
 
-def backward_performance(rows, fused, peak, target, peers):
-    """The backward pass's targets (appended to the target table through `target`) and the table of every
+def backward_performance(rows, fused, peak, target, peers, ratio_target):
+    """The backward pass's targets (appended to the target table through `target`, the ratios through
+    `ratio_target`: from calls that alternated where attn_bwd_paired ran) and the table of every
     attn_bwd / attn_fwdbwd run. FLOPs: 2.5x the forward's (FlashAttention-2's count), 3.5x for forward + backward."""
     bwd = [r for r in rows if r["family"] in ("attn_bwd", "attn_fwdbwd")]
     if not bwd:
@@ -262,7 +270,6 @@ def backward_performance(rows, fused, peak, target, peers):
     n8 = max(r["n"] for r in bwd if r["family"] == "attn_bwd")  # the targets' n (4096 in the quick profile)
     at = {(r["backend"], r["precision"], r["causal"], r["threads"], r["d"]): r for r in bwd
           if r["family"] == "attn_bwd" and r["n"] == n8}
-    get = at.get
     rate = lambda key: rate_estimate(at.get(key))  # noqa: E731
     pct = lambda v: f"{100 * v:.0f}%"
     ratio = lambda v: f"{v:.4f}x"
@@ -278,26 +285,25 @@ def backward_performance(rows, fused, peak, target, peers):
         # The fastest outside backward at this point (PyTorch's CPU flash kernel's among the peers).
         timed = [p for p in peers if (p, "fp32", 0, 1, d) in at]
         fastest = max(timed, key=lambda p: rate((p, "fp32", 0, 1, d))["value"], default=None)
-        target(f"backward: {fused} fp32, d = {d}, 1 thread: rate over the fastest outside backward of this run"
-               + (f" ({fastest})" if fastest else ""),
-               time_ratio(get((fastest, "fp32", 0, 1, d)), get((fused, "fp32", 0, 1, d))) if fastest else None,
-               f">= {bound['backward_over_fastest_peer']['min']:.2f}x", ratio,
-               lambda v: v >= bound["backward_over_fastest_peer"]["min"])
+        if fastest:
+            ratio_target(f"backward: {fused} fp32, d = {d}, 1 thread: rate over the fastest outside backward of this "
+                         "run", (fused, "fp32", 0, 1, d), (fastest, "fp32", 0, 1, d),
+                         bound["backward_over_fastest_peer"]["min"], "backward", at, fastest)
+        else:
+            target(f"backward: {fused} fp32, d = {d}, 1 thread: rate over the fastest outside backward of this run",
+                   None, f">= {bound['backward_over_fastest_peer']['min']:.2f}x", ratio, None)  # not measured
     for p in ("bf16", "fp16"):
         for d in (64, 128):
-            target(f"backward: {fused} {p} (fp32 accumulation), d = {d}, 1 thread: rate over fp32"
-                   + (" (AVX512_BF16 dot products)" if p == "bf16" and peak.get("bf16_dot_gflops_core") else ""),
-                   time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, p, 0, 1, d))),
-                   f">= {bound['backward_narrow_over_fp32']['min']:.2f}x", ratio,
-                   lambda v: v >= bound["backward_narrow_over_fp32"]["min"])
+            ratio_target(f"backward: {fused} {p} (fp32 accumulation), d = {d}, 1 thread: rate over fp32"
+                         + (" (AVX512_BF16 dot products)" if p == "bf16" and peak.get("bf16_dot_gflops_core") else ""),
+                         (fused, p, 0, 1, d), (fused, "fp32", 0, 1, d), bound["backward_narrow_over_fp32"]["min"],
+                         "backward", at)
     for d in (64, 128):
-        target(f"backward: {fused} fp32, d = {d}: 2 threads over 1",
-               time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 0, 2, d))),
-               f">= {bound['two_threads']['min']:.2f}x", ratio, lambda v: v >= bound["two_threads"]["min"])
+        ratio_target(f"backward: {fused} fp32, d = {d}: 2 threads over 1", (fused, "fp32", 0, 2, d),
+                     (fused, "fp32", 0, 1, d), bound["two_threads"]["min"], "backward", at)
     for d in (64, 128):
-        target(f"backward: {fused} fp32, d = {d}: causal speed-up (time ratio)",
-               time_ratio(get((fused, "fp32", 0, 1, d)), get((fused, "fp32", 1, 1, d))),
-               f">= {bound['causal_speedup']['min']:.2f}x", ratio, lambda v: v >= bound["causal_speedup"]["min"])
+        ratio_target(f"backward: {fused} fp32, d = {d}: causal speed-up (time ratio)", (fused, "fp32", 1, 1, d),
+                     (fused, "fp32", 0, 1, d), bound["causal_speedup"]["min"], "backward", at)
     mem = backward_series(rows)
     if fused in mem:
         full_model = max(r["workspace_model_bytes"] for _, r in mem[fused])
