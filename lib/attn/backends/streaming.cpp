@@ -485,7 +485,10 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 // g n_q values per worker (the same dot as before, so the same bits).
 // Q and dO of the K/V head's g query heads are read as the products need
 // them once per K/V head, before the key blocks: in place when stored in the
-// accumulation type, else widened once (g n_q (d_k + d_v) values per worker).
+// accumulation type, else widened once (g n_q (d_k + d_v) values per worker);
+// every product reads them from there, the packed B operands of dK and dV
+// included (before, those were packed from storage again per key tile:
+// fp16's backward ran at 0.95x fp32's, docs/performance.md section 25).
 // bf16 storage where the CPU has AVX512_BF16 (Tiles::dot_bf16) forms
 // S = Q K^T and dP = dO V^T as bf16 dot products on Q, K, dO and V as
 // stored (exact products, fp32 sums, subnormals flushed: the forward's
@@ -661,10 +664,17 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           }
           // dQ_i += dS' K_j
           T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, cols, d_k);
-          // dV_j += P^T dO_i
-          T::pv_t(w.P, T::load_v(&d_out(b, h, r0, 0), rows, d_v, w.dO_vals), w.dV_j, rows, cols, d_v, w.T_ij);
-          // dK_j += dS'^T Q_i
-          T::pv_t(w.dS, T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals), w.dK_j, rows, cols, d_k, w.T_ij);
+          // dV_j += P^T dO_i;  dK_j += dS'^T Q_i. dO_i and Q_i as the B operand from the K/V head's copies in A
+          // where they were made (narrow storage widened once per K/V head: the packing copies, converting
+          // nothing, and the storage is not read again per key tile; the same values, so the same bits), else
+          // (bf16 dot products: the copies are bf16 pairs) from storage.
+          using Wide = Tiles<A, A>;
+          const A* dO_vals = dot16 ? T::load_v(&d_out(b, h, r0, 0), rows, d_v, w.dO_vals)
+                                   : Wide::load_v(dO_h + row * d_v, rows, d_v, w.dO_vals);
+          const A* Q_vals = dot16 ? T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals)
+                                  : Wide::load_v(Q_h + row * d_k, rows, d_k, w.Q_vals);
+          T::pv_t(w.P, dO_vals, w.dV_j, rows, cols, d_v, w.T_ij);
+          T::pv_t(w.dS, Q_vals, w.dK_j, rows, cols, d_k, w.T_ij);
         }
       }
       S* dk = &g.dk(b, hk, j0, 0);
