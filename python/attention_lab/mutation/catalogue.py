@@ -261,6 +261,10 @@ MUTANTS = [
     Mutant("bwd-st-keys-whole-batch", ST, "const auto [lo, hi] = block_keys(mask, b, 0, n_q, n_kv);",
            "const std::size_t lo = 0, hi = n_kv;",
            "the backward's key tiles span every key, padding included (a padded sequence's tiles differ from its own)"),
+    Mutant("bwd-st-vals-first-head", ST, ": Wide::load_v(Q_h + row * d_k, rows, d_k, w.Q_vals);",
+           ": Wide::load_v(Q_h + r0 * d_k, rows, d_k, w.Q_vals);",
+           "dK += dS^T Q packs the first query head's rows of Q for every head of a GQA group (the widened copy's "
+           "row index without the head)"),
     Mutant("bwd-st-untransposed", ST, "detail::transpose(p, rows, cols, buf);", "std::copy(p, p + rows * cols, buf);",
            "streaming outside fp32 accumulation: P and dS used untransposed for dV and dK"),
     Mutant("micro-at-neighbour", SIMD, "const fbatch ai(AT ? a[p * lda + i] : a[i * lda + p]);",
