@@ -12,7 +12,7 @@ import unittest
 import paths  # noqa: E402,F401  (the package on sys.path)
 from attention_lab import bench_json  # noqa: E402
 from attention_lab import reports as report  # noqa: E402
-from attention_lab.reports.common import target_bounds  # noqa: E402
+from attention_lab.reports.common import Targets, memory_growth, target_bounds  # noqa: E402
 
 BACKENDS = ["naive", "streaming"]
 
@@ -321,6 +321,21 @@ class ReportTest(unittest.TestCase):
                       "d = 64 | 47.7 | 1.111x | 1.111 ... 1.111 | 9 |", text)
         self.assertIn("| forward | streaming fp32, no mask, 2 threads, d = 64 | 23.9 | streaming fp32, no mask, 1 thread, "
                       "d = 64 | 35.8 | 1.500x | 1.500 ... 1.500 | 9 |", text)
+
+    def test_memory_growth_is_judged_between_the_ends_of_the_full_tile_series(self):
+        # The forward's series of run 20261203-171920: the same extra heap at every n but n = 2048 (split-KV's
+        # partials, 3.3x): the ends, n = 1024 and 16384, are equal: met. The backward's: 673 KB at n = 256 (tiles
+        # not counted: below 1024) growing to 738 KB at 16384 (D_i, 4 bytes a query row): 1.091x, MISSED. One n at
+        # full tiles: not measured, never a ratio of a point with itself (what the rule before did).
+        bound = target_bounds()["memory_independent_of_n"]["max"]
+        t = Targets()
+        memory_growth(t, "fwd", [(256, 460888), (1024, 460888), (2048, 1542232), (4096, 460888), (16384, 460888)], bound)
+        memory_growth(t, "bwd", [(256, 673304), (1024, 676376), (4096, 688664), (16384, 737816)], bound)
+        memory_growth(t, "one", [(256, 100), (1024, 100)], bound)
+        self.assertEqual([(w, v, k) for w, v, _, _, k in t.rows],
+                         [("fwd, peak extra heap: n = 16384 over n = 1024 (full tiles)", "1.0000x", "met"),
+                          ("bwd, peak extra heap: n = 16384 over n = 1024 (full tiles)", "1.0908x", "MISSED"),
+                          ("one, peak extra heap: at the largest n over the smallest n >= 1024", "not measured", "-")])
 
     def test_a_host_that_slowed_during_the_run_is_said_so(self):
         # peak.json's second reading (the sweep's "after_bench"): the FMA peak 10% lower after the benchmarks is

@@ -121,6 +121,25 @@ def rate_over(pairs, pass_, a, b, points):
     return time_ratio(points.get(b), points.get(a)), False
 
 
+FULL_TILES_N = 1024  # every variant's default tiles (attn/simd/variant_*.cpp: B_q, B_k <= 512) are full from here
+
+
+def memory_growth(target, what, pts, bound):
+    """The target memory_independent_of_n over a memory series [(n, peak extra heap)]: the extra heap at the
+    largest n over the extra heap at the smallest n >= FULL_TILES_N (below, the tiles and so the workspace shrink
+    with n). The two ends, so that growth with n is what is judged; a scheduling choice at an n between them
+    (split-KV's partials, bounded in n) is in the series' table, not here. Fewer than two such n: not measured
+    (one point cannot show growth)."""
+    full = sorted((n, m) for n, m in pts if n >= FULL_TILES_N)
+    ok = lambda v: v <= bound  # noqa: E731
+    if len(full) < 2 or not full[0][1]:
+        return target(f"{what}, peak extra heap: at the largest n over the smallest n >= {FULL_TILES_N}", None,
+                      f"independent of n (<= {bound:.2f}x)", lambda v: f"{v:.4f}x", ok)
+    (n0, m0), (n1, m1) = full[0], full[-1]
+    target(f"{what}, peak extra heap: n = {n1} over n = {n0} (full tiles)", m1 / m0, f"independent of n (<= {bound:.2f}x)",
+           lambda v: f"{v:.4f}x", ok)
+
+
 def scaled(est, k):
     """An estimate divided by a constant (a measured peak): its interval too."""
     if not est or not k:

@@ -3,7 +3,7 @@
 import matplotlib.pyplot as plt
 
 from attention_lab import stats
-from attention_lab.reports.common import ReportError, Targets, alternated_rows, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
+from attention_lab.reports.common import ReportError, Targets, alternated_rows, memory_growth, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
 from attention_lab.runs import precision_peak
 
 
@@ -141,14 +141,7 @@ def performance_report(rows, peak, bench, folder):
                        and r.get("peak_extra_heap_bytes") is not None), key=lambda r: r["n"])
     mem = [(r["n"], r["peak_extra_heap_bytes"]) for r in mem_rows]
     if mem:
-        # Judged where the tiles are full: below B_q (or B_k) keys the tiles,
-        # and so the workspace model, shrink with n; beyond, memory must not grow.
-        full_model = max(r["workspace_model_bytes"] for r in mem_rows)
-        full = [(r["n"], r["peak_extra_heap_bytes"]) for r in mem_rows if r["workspace_model_bytes"] == full_model]
-        lo, hi = min(m for _, m in full), max(m for _, m in full)
-        target(f"{fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
-               hi / lo if lo else None, f"independent of n (<= {bound['memory_independent_of_n']['max']:.2f}x)", ratio,
-               lambda v: v <= bound["memory_independent_of_n"]["max"])
+        memory_growth(target, fused, mem, bound["memory_independent_of_n"]["max"])
     dec = [r for r in rows if r["family"] == "attn_decode" and r["backend"] == fused and r.get("kv_bytes/s")]
     if dec:
         # Decode steps at the run's longest KV cache: K/V bytes per second against the measured read bandwidth.
@@ -306,12 +299,8 @@ def backward_performance(rows, fused, peak, target, peers, ratio_target):
                      (fused, "fp32", 0, 1, d), bound["causal_speedup"]["min"], "backward", at)
     mem = backward_series(rows)
     if fused in mem:
-        full_model = max(r["workspace_model_bytes"] for _, r in mem[fused])
-        full = [(n, r["peak_extra_heap_bytes"]) for n, r in mem[fused] if r["workspace_model_bytes"] == full_model]
-        lo, hi = min(m for _, m in full), max(m for _, m in full)
-        target(f"backward: {fused} peak extra heap, n = {full[0][0]} ... {full[-1][0]} (full tiles; max / min)",
-               hi / lo if lo else None, f"independent of n (<= {bound['memory_independent_of_n']['max']:.2f}x)", ratio,
-               lambda v: v <= bound["memory_independent_of_n"]["max"])
+        memory_growth(target, f"backward: {fused}", [(n, r["peak_extra_heap_bytes"]) for n, r in mem[fused]],
+                      bound["memory_independent_of_n"]["max"])
     for b, pts in sorted(mem.items()):
         if b == fused or len(pts) < 2:
             continue
