@@ -80,10 +80,10 @@ def performance(d):
 
     def ratio_of(a, b):
         """The rate of point a over point b as the performance targets take it (calls alternated where the run
-        has them: marked *), or None."""
+        has them: marked *), or n/a."""
         e, alt = report.rate_over(pairs, "forward", a, b, h8)
         marked.append(alt)
-        return e and f"{e['value']:.2f}x{'*' if alt else ''}"
+        return f"{e['value']:.2f}x{'*' if alt else ''}" if e else "n/a"
 
     row(f"{fused}, 2 threads", lambda dd: (f"{g((fused, 'fp32', 0, 2, dd)):.1f} "
                                             f"({ratio_of((fused, 'fp32', 0, 2, dd), (fused, 'fp32', 0, 1, dd))})"
