@@ -52,13 +52,22 @@ def verdict_counts(points):
     return len(points) - failed - unin, failed, unin
 
 
+def bf16_dots_in_use(peak):
+    """Whether the run's kernels multiplied bf16 storage with AVX512_BF16's dot product (attn-lab peak's
+    bf16_dot_in_use: the library uses it only where it measured at least sqrt(2) times the fp32 FMA rate,
+    attn/simd/simd.hpp); runs from before that field used it wherever the CPU had it."""
+    if "bf16_dot_in_use" in peak:
+        return bool(peak["bf16_dot_in_use"])
+    return bool(peak.get("bf16_dot_gflops_core"))
+
+
 def precision_peak(peak, precision, threads=1):
     """The measured peak a rate in `precision` is a fraction of: the bf16 dot product's (attn-lab peak's
-    bf16_dot_gflops_core: AVX512_BF16, bf16 products accumulated in fp32) for bf16 where the CPU has it, else
-    the fp32 FMA peak (every other precision's kernels compute in fp32 vectors, or fp64 at half its rate);
-    threads x the one-thread peak."""
-    bf16 = peak.get("bf16_dot_gflops_core")
-    return threads * (bf16 if precision == "bf16" and bf16 else peak["fp32_fma_gflops_core"])
+    bf16_dot_gflops_core: AVX512_BF16, bf16 products accumulated in fp32) for bf16 where the kernels used it,
+    else the fp32 FMA peak (every other precision's kernels compute in fp32 vectors, or fp64 at half its
+    rate); threads x the one-thread peak."""
+    bf16 = precision == "bf16" and bf16_dots_in_use(peak)
+    return threads * (peak["bf16_dot_gflops_core"] if bf16 else peak["fp32_fma_gflops_core"])
 
 
 class Run:

@@ -247,6 +247,23 @@ TEST(VectorTanh, SoftcapWithinItsUlpBoundInFloatAndDouble) {
   }
 }
 
+// The automatic choice takes the bf16 dot-product variant only where its
+// rate is at least sqrt(2) times the FMA's: at the two rates measured (attn-lab
+// peak: 493.9 over 249.1 GFLOP/s on a Zen 5 EPYC, 81.9 over 168.9 on an Intel
+// Xeon with AVX512_FP16), and on either side of the threshold.
+TEST(Simd, Bf16DotProductsChosenOnlyWhereTheyPay) {
+  EXPECT_TRUE(bf16_dots_pay(493.9, 249.1));
+  EXPECT_FALSE(bf16_dots_pay(81.9, 168.9));
+  EXPECT_FALSE(bf16_dots_pay(100.0, 100.0));  // equal rates: no arithmetic gained, P~ would lose digits
+  EXPECT_TRUE(bf16_dots_pay(100.0 * bf16_dot_min_ratio, 100.0));
+  EXPECT_FALSE(bf16_dots_pay(99.9 * bf16_dot_min_ratio, 100.0));
+  // the choice this process made agrees with the rate it measured
+  if (const auto r = simd_bf16_dot_ratio()) {
+    std::printf("bf16 dot product over fp32 FMA, measured at the choice: %.3fx; %s\n", *r, simd_summary().c_str());
+    EXPECT_EQ(simd().gemm_bf16 != nullptr, bf16_dots_pay(*r, 1.0));
+  }
+}
+
 // The vectorised widening of bf16/fp16 tiles equals the scalar conversion
 // bit for bit, for every one of the 65,536 patterns of each (at every offset
 // of a 16-lane block, and in the scalar tail).

@@ -13,6 +13,7 @@ import paths  # noqa: E402,F401  (the package on sys.path)
 from attention_lab import bench_json  # noqa: E402
 from attention_lab import reports as report  # noqa: E402
 from attention_lab.reports.common import Targets, memory_growth, target_bounds  # noqa: E402
+from attention_lab.runs import bf16_dots_in_use, precision_peak  # noqa: E402
 
 BACKENDS = ["naive", "streaming"]
 
@@ -336,6 +337,19 @@ class ReportTest(unittest.TestCase):
                          [("fwd, peak extra heap: n = 16384 over n = 1024 (full tiles)", "1.0000x", "met"),
                           ("bwd, peak extra heap: n = 16384 over n = 1024 (full tiles)", "1.0908x", "MISSED"),
                           ("one, peak extra heap: at the largest n over the smallest n >= 1024", "not measured", "-")])
+
+    def test_bf16_is_a_fraction_of_the_peak_its_kernels_multiplied_with(self):
+        # An Intel Xeon where the bf16 dot product ran at 0.48x the fp32 FMA rate and the library widened bf16
+        # instead: its bf16 rates are fractions of the fp32 peak; a Zen 5 EPYC's (1.98x, the dot product in use)
+        # of the bf16 peak; a run from before the field, of the bf16 peak wherever one was measured.
+        xeon = {"fp32_fma_gflops_core": 168.9, "bf16_dot_gflops_core": 81.9, "bf16_dot_in_use": False}
+        epyc = {"fp32_fma_gflops_core": 249.1, "bf16_dot_gflops_core": 493.9, "bf16_dot_in_use": True}
+        old = {"fp32_fma_gflops_core": 249.1, "bf16_dot_gflops_core": 493.9}
+        self.assertEqual((precision_peak(xeon, "bf16"), precision_peak(xeon, "bf16", 2)), (168.9, 337.8))
+        self.assertEqual((precision_peak(epyc, "bf16"), precision_peak(epyc, "fp16")), (493.9, 249.1))
+        self.assertEqual(precision_peak(old, "bf16"), 493.9)
+        self.assertEqual([bf16_dots_in_use(p) for p in (xeon, epyc, old, {"fp32_fma_gflops_core": 1.0})],
+                         [False, True, True, False])
 
     def test_a_host_that_slowed_during_the_run_is_said_so(self):
         # peak.json's second reading (the sweep's "after_bench"): the FMA peak 10% lower after the benchmarks is

@@ -24,7 +24,13 @@ int run(const Args& args) {
                                  {"bytes", p.bytes}});
     for (Accumulate a : accumulate_policies()) j["accumulations"].push_back(accumulate_name(a));
     j["blas"] = blas_info();
-    j["simd"] = {{"in_use", simd().id}, {"arch", simd().arch}, {"summary", simd_summary()}, {"variants", Json::array()}};
+    const std::optional<double> dot_ratio = simd_bf16_dot_ratio();
+    j["simd"] = {{"in_use", simd().id},
+                 {"arch", simd().arch},
+                 {"summary", simd_summary()},
+                 {"bf16_dot_over_fma", dot_ratio ? Json(*dot_ratio) : Json(nullptr)},
+                 {"bf16_dot_min_ratio", bf16_dot_min_ratio},
+                 {"variants", Json::array()}};
     for (const SimdVariant& v : simd_variants())
       j["simd"]["variants"].push_back({{"id", v.kernels->id},
                                        {"arch", v.kernels->arch},
@@ -78,7 +84,9 @@ extern const Command list_command = {
             simd (the vector kernel variant in use and every compiled one: instruction set,
             whether this CPU runs it, micro-kernel block, streaming tiles)
 The vector kernels are compiled for several instruction sets and chosen at run time: the
-widest this CPU executes, or the one ATTN_SIMD names (baseline, avx2, avx512, avx512bf16).
+widest this CPU executes (avx512bf16 only where its bf16 dot product measured at least sqrt(2)
+times the fp32 FMA rate; the summary says when it was passed over), or the one ATTN_SIMD names
+(baseline, avx2, avx512, avx512bf16).
 
 examples:
   attn-lab list

@@ -13,9 +13,6 @@
 #include "attn/simd/simd.hpp"
 #include "attn/core/xt.hpp"
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 namespace attn {
 
@@ -61,43 +58,26 @@ double fma_gflops_all(unsigned cores) {
   return sum;
 }
 
-#if defined(__x86_64__)
-// The bf16 dot-product peak: independent chains of AVX512_BF16's vdpbf16ps (16 fp32 lanes, each adding the
-// products of two bf16 pairs: 64 FLOPs an instruction), the ceiling of a kernel that multiplies in bf16 and
-// accumulates in fp32 (PyTorch's bf16 path measured above the fp32 FMA peak on such CPUs: issue 38).
-// Hand-written with a target attribute instead of a variant of attn/simd: no kernel uses the instruction yet,
-// only this probe, which runs only where CPUID reports avx512bf16. 30 chains, as the FMA probe's on
-// AVX-512 (registers - 2): measured on a Zen 4 EPYC, 16 chains and more reach the same rate, 8 do not.
-__attribute__((target("avx512f,avx512bf16"))) double bf16_dot_chains(long iters) {
-  constexpr int chains = 30;
-  __m512 acc[chains];
-  for (int c = 0; c < chains; ++c) acc[c] = _mm512_set1_ps(float(c));  // distinct: no chain merged with another
-  const __m512bh one = (__m512bh)_mm512_set1_epi16(0x3f80), small = (__m512bh)_mm512_set1_epi16(0x3580);  // 1, 2^-20
-  for (long i = 0; i < iters; ++i)
-#pragma GCC unroll 32
-    for (int c = 0; c < chains; ++c) acc[c] = _mm512_dpbf16_ps(acc[c], one, small);
-  __m512 sum = acc[0];
-  for (int c = 1; c < chains; ++c) sum = _mm512_add_ps(sum, acc[c]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, sum);
-  double total = 0;
-  for (float x : lanes) total += x;
-  return total;
+// The bf16 dot-product peak: the avx512bf16 variant's probe (simd.hpp's dot_chains_bf16: vdpbf16ps, 64 FLOPs
+// an instruction), the ceiling of a kernel that multiplies in bf16 and accumulates in fp32, measured wherever
+// the CPU executes that variant, whether or not the kernels in use are its (simd.cpp chooses them by this
+// rate over the FMA's).
+const SimdKernels* bf16_dot_kernels() {
+  for (const SimdVariant& v : simd_variants())
+    if (v.executable && v.kernels->dot_chains_bf16) return v.kernels;
+  return nullptr;
 }
 
-bool has_bf16_dot() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"); }
+bool has_bf16_dot() { return bf16_dot_kernels() != nullptr; }
 
 std::optional<double> bf16_dot_gflops_one_thread() {
-  if (!has_bf16_dot()) return std::nullopt;
-  const long iters = long(640'000'000 / (16 * 30));
+  const SimdKernels* k = bf16_dot_kernels();
+  if (!k) return std::nullopt;
+  const long iters = long(640'000'000 / (k->lanes_f32() * k->peak_chains));
   volatile double sink = 0;
-  const double seconds = best_seconds(5, [&] { sink = sink + bf16_dot_chains(iters); });
-  return 64.0 * 30 * double(iters) / seconds / 1e9;
+  const double seconds = best_seconds(5, [&] { sink = sink + k->dot_chains_bf16(iters); });
+  return 4.0 * double(k->lanes_f32() * k->peak_chains) * double(iters) / seconds / 1e9;
 }
-#else
-bool has_bf16_dot() { return false; }
-std::optional<double> bf16_dot_gflops_one_thread() { return std::nullopt; }
-#endif
 
 std::optional<double> bf16_dot_gflops_all(unsigned cores) {
   if (!has_bf16_dot()) return std::nullopt;
@@ -189,6 +169,7 @@ MachinePeak measure_peak() {
   p.cores = std::max(1u, std::thread::hardware_concurrency());
   p.simd = simd_summary();
   p.fma_chains = simd().peak_chains;
+  p.bf16_dot_in_use = simd().gemm_bf16 != nullptr;
   p.cpu = cpuinfo("model name");
   p.cpu_flags = cpuinfo("flags");
   p.fp32_fma_gflops_core = fma_gflops_one_thread<float>();
@@ -245,6 +226,7 @@ Json to_json(const MachinePeak& p) {
           {"fp64_fma_gflops_all", p.fp64_fma_gflops_all},
           {"bf16_dot_gflops_core", p.bf16_dot_gflops_core ? Json(*p.bf16_dot_gflops_core) : Json(nullptr)},
           {"bf16_dot_gflops_all", p.bf16_dot_gflops_all ? Json(*p.bf16_dot_gflops_all) : Json(nullptr)},
+          {"bf16_dot_in_use", p.bf16_dot_in_use},
           {"sgemm_gflops_1024", p.sgemm_gflops_1024},
           {"sgemm_gflops_2048", p.sgemm_gflops_2048},
           {"dgemm_gflops_1024", p.dgemm_gflops_1024},

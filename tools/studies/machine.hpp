@@ -17,6 +17,9 @@ struct MachinePeak {
   double fp64_fma_gflops_core = 0, fp64_fma_gflops_all = 0;
   // AVX512_BF16's dot product (bf16 products accumulated in fp32); none without the instruction.
   std::optional<double> bf16_dot_gflops_core, bf16_dot_gflops_all;
+  // Whether the kernels in use multiply bf16 storage with it (simd.cpp: only where it pays); when not, a
+  // bf16 rate is a fraction of the fp32 FMA peak.
+  bool bf16_dot_in_use = false;
   double sgemm_gflops_1024 = 0, sgemm_gflops_2048 = 0;  // one thread
   double dgemm_gflops_1024 = 0, dgemm_gflops_2048 = 0;
   // The two GEMMs of one attention head at n = 4096 (S = Q K^T, then O = P V,

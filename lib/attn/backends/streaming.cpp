@@ -64,8 +64,8 @@ struct Tiles {
     }
   }
 
-  // bf16 storage with fp32 accumulation where the CPU has AVX512_BF16 (the
-  // avx512bf16 variant): the forward's Q K^T and P~ V as bf16 dot products
+  // bf16 storage with fp32 accumulation where the avx512bf16 variant is in
+  // use (AVX512_BF16, chosen where its dot product pays: simd.hpp): the forward's Q K^T and P~ V as bf16 dot products
   // (simd.hpp's gemm_bf16) on Q, K and V as stored, P~ rounded to bf16 first
   // (as PyTorch's and FlashAttention's bf16 kernels do): no widening, twice
   // the products per instruction. Its arithmetic (Result::rounding) is in the
@@ -489,7 +489,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 // every product reads them from there, the packed B operands of dK and dV
 // included (before, those were packed from storage again per key tile:
 // fp16's backward ran at 0.95x fp32's, docs/performance.md section 25).
-// bf16 storage where the CPU has AVX512_BF16 (Tiles::dot_bf16) forms
+// bf16 storage where the avx512bf16 variant is in use (Tiles::dot_bf16) forms
 // S = Q K^T and dP = dO V^T as bf16 dot products on Q, K, dO and V as
 // stored (exact products, fp32 sums, subnormals flushed: the forward's
 // Result::rounding, which the gradients' bounds take, says so; P is not

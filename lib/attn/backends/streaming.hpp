@@ -9,8 +9,9 @@
 // holds O(B_q * B_k + B_q * d_v + B_k * d) floats: independent of n.
 // With fp32 accumulation both tile products run the register-blocked
 // micro-kernel (microkernel.hpp) on K and V blocks packed in column panels
-// (and widened from bf16/fp16) once per tile; where the CPU has AVX512_BF16
-// (the avx512bf16 kernel variant) bf16 storage's forward tiles are bf16 dot
+// (and widened from bf16/fp16) once per tile; where the avx512bf16 kernel
+// variant is in use (AVX512_BF16, by default only where its dot product
+// measured at least sqrt(2) times the fp32 FMA rate: simd.hpp) bf16 storage's forward tiles are bf16 dot
 // products instead, P~ rounded to bf16 before P V (Result::rounding says so;
 // the bounds take it), and so are the backward's S = Q K^T and dP = dO V^T;
 // other accumulation types use the shared GEMM/loop tiles. Tunables: B_q (Options::block_q), B_k

@@ -1,5 +1,8 @@
 #include "attn/simd/simd.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 #include "attn/core/error.hpp"
@@ -83,7 +86,30 @@ std::vector<SimdVariant> detect() {
 struct Choice {
   const SimdKernels* kernels = nullptr;
   bool forced = false;
+  const SimdKernels* passed_over = nullptr;  // a wider variant whose bf16 dot products did not pay
+  std::optional<double> dot_ratio;           // their measured rate over the FMA's
 };
+
+// The bf16 dot product's rate over the fp32 FMA's on this core, from the
+// variant's own probes: five rounds alternating the two (so a drift of the
+// host's speed reaches both), the best of each; about 0.5 ms a probe.
+double dot_over_fma(const SimdKernels& k) {
+  using clock = std::chrono::steady_clock;
+  const auto seconds = [](auto&& f) {
+    const auto t0 = clock::now();
+    f();
+    return std::chrono::duration<double>(clock::now() - t0).count();
+  };
+  const double lanes = double(k.lanes_f32()), chains = double(k.peak_chains);
+  constexpr long fma_iters = 100'000, dot_iters = 50'000;
+  double fma = 1e300, dot = 1e300;
+  volatile double sink = 0;
+  for (int round = 0; round < 5; ++round) {
+    fma = std::min(fma, seconds([&] { sink = sink + k.fma_chains_f32(fma_iters); }));
+    dot = std::min(dot, seconds([&] { sink = sink + k.dot_chains_bf16(dot_iters); }));
+  }
+  return (4 * lanes * chains * double(dot_iters) / dot) / (2 * lanes * chains * double(fma_iters) / fma);
+}
 
 Choice choose() {
   const auto& all = simd_variants();
@@ -100,8 +126,19 @@ Choice choose() {
       }
     throw Error("ATTN_SIMD=" + std::string(env) + ": no such kernel variant; compiled variants: " + names);
   }
-  for (const auto& v : all)
-    if (v.executable) return {v.kernels, false};
+  Choice c;
+  for (const auto& v : all) {
+    if (!v.executable) continue;
+    if (v.kernels->dot_chains_bf16 && !c.dot_ratio) {
+      c.dot_ratio = dot_over_fma(*v.kernels);
+      if (!bf16_dots_pay(*c.dot_ratio, 1.0)) {
+        c.passed_over = v.kernels;
+        continue;
+      }
+    }
+    c.kernels = v.kernels;
+    return c;
+  }
   throw Error("this CPU lacks " + all.back().requires_ +
               ", which this build's baseline needs (meson.build: rebuild with -Dnative=true on this machine)");
 }
@@ -120,10 +157,26 @@ const std::vector<SimdVariant>& simd_variants() {
 
 const SimdKernels& simd() { return *choice().kernels; }
 
+bool bf16_dots_pay(double dot_flops_per_second, double fma_flops_per_second) {
+  return dot_flops_per_second >= bf16_dot_min_ratio * fma_flops_per_second;
+}
+
+std::optional<double> simd_bf16_dot_ratio() { return choice().dot_ratio; }
+
 std::string simd_summary() {
   const Choice& c = choice();
-  return std::string(c.kernels->arch) + " (" + std::string(c.kernels->id) + " variant, " +
-         (c.forced ? "forced by ATTN_SIMD" : "the widest this CPU executes") + ")";
+  std::string why = c.forced ? "forced by ATTN_SIMD" : "the widest this CPU executes";
+  if (c.passed_over) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.2f", *c.dot_ratio);
+    why = "not the " + std::string(c.passed_over->id) + " variant: its bf16 dot product measured " + ratio +
+          "x the fp32 FMA rate here, below the " + std::to_string(bf16_dot_min_ratio).substr(0, 4) + "x it must reach";
+  } else if (c.dot_ratio) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, "%.2f", *c.dot_ratio);
+    why += std::string(", its bf16 dot product measured ") + ratio + "x the fp32 FMA rate here";
+  }
+  return std::string(c.kernels->arch) + " (" + std::string(c.kernels->id) + " variant, " + why + ")";
 }
 
 }  // namespace attn

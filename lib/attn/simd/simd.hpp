@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -122,6 +123,10 @@ struct SimdKernels {
   float (*exp_pairs_bf16)(float* s, std::size_t n, float m, std::uint32_t* out) = nullptr;
   void (*gemm_bf16)(const std::uint32_t* a, std::size_t lda, const std::uint32_t* bp, float* c, std::size_t ldc,
                     std::size_t m, std::size_t n, std::size_t kp, float alpha, bool accumulate) = nullptr;
+  // fma_chains_f32's probe with vdpbf16ps (the avx512bf16 variant; null in
+  // the others): peak_chains chains, each step adding the products of two
+  // bf16 pairs per fp32 lane (4 * lanes * peak_chains * iters FLOPs).
+  double (*dot_chains_bf16)(long iters) = nullptr;
 
   std::size_t lanes_f32() const { return vector_bytes / 4; }
   std::size_t lanes_f64() const { return vector_bytes / 8; }
@@ -141,9 +146,29 @@ struct SimdVariant {
 // Every variant compiled into this build, widest first.
 const std::vector<SimdVariant>& simd_variants();
 // The variant in use: ATTN_SIMD's if set (Error if unknown or not executable
-// here), else the widest this CPU executes. Chosen once.
+// here), else the widest this CPU executes whose bf16 dot products (if it
+// has them) pay: the avx512bf16 variant only where its dot product measured
+// at least bf16_dot_min_ratio times the fp32 FMA rate on this core (a few
+// milliseconds of both probes, alternated, best of five each), else the
+// next (avx512), which widens bf16 to fp32. Chosen once.
 const SimdKernels& simd();
-// "fma3+avx2 (avx2 variant, chosen from CPUID)" or "... forced by ATTN_SIMD".
+// How many times the fp32 FMA rate (FLOP/s) a bf16 dot-product variant must
+// reach to be chosen. Measured (attn-lab peak): 1.98x on an AMD EPYC of the
+// Zen 5 class (vdpbf16ps at the FMA's instruction rate, twice its FLOPs),
+// 0.48x on an Intel Xeon with AVX512_BF16 and AVX512_FP16 (a quarter of the
+// FMA's instruction rate), where the dot-product kernels made the bf16
+// forward 1.6-1.7x slower than widening to fp32 (docs/performance.md,
+// section 26). sqrt(2) lies a factor 1.4 from the first and 2.9 from the
+// second; a CPU whose rates were equal would gain no arithmetic from the dot
+// products and lose P~'s fp32 digits, so it keeps fp32.
+inline constexpr double bf16_dot_min_ratio = 1.4142135623730951;
+bool bf16_dots_pay(double dot_flops_per_second, double fma_flops_per_second);
+// The bf16 dot product's rate over the fp32 FMA's, as the automatic choice
+// measured it (absent when ATTN_SIMD forced a variant or no executable
+// variant has bf16 dot products).
+std::optional<double> simd_bf16_dot_ratio();
+// "avx512bw (avx512bf16 variant, the widest this CPU executes)", "... forced
+// by ATTN_SIMD", or why a wider variant was passed over.
 std::string simd_summary();
 
 }  // namespace attn

@@ -22,6 +22,9 @@ class Mutant:
     nth: int = 1           # which occurrence of `find` to replace
     count: int = 1         # how many occurrences the file must hold
     equivalent: str = ""   # why no result can change (beyond rounding), if so
+    # the kernel variant whose lines it mutates, when the default choice may not run them: every stage
+    # runs with ATTN_SIMD set to it, and where this CPU cannot execute it the mutant is "not run"
+    simd: str = ""
 
 
 ST = "lib/attn/backends/streaming.cpp"
@@ -152,26 +155,27 @@ MUTANTS = [
     Mutant("micro-f16c-edge", SIMD, "for (; i + 8 <= n; i += 8)\n    _mm256_storeu_ps", "for (; i + 8 < n; i += 8)\n    _mm256_storeu_ps",
            "a last full group of 8 fp16 values is widened by the scalar tail",
            equivalent="the scalar tail converts fp16 to float exactly, as F16C does"),
-    # the bf16 dot-product kernels (the avx512bf16 variant: streaming's bf16 forward with fp32
-    # accumulation where the CPU has AVX512_BF16; elsewhere these lines are not compiled in)
+    # the bf16 dot-product kernels (the avx512bf16 variant: streaming's bf16 forward and backward with fp32
+    # accumulation where it is in use, by default only where its dot product pays, attn/simd/simd.hpp):
+    # judged with ATTN_SIMD=avx512bf16, not run where the CPU lacks AVX512_BF16
     Mutant("bf16dot-first-pair", SIMD, "for (std::size_t p = 0; p < kp; ++p) {\n    __m512i bv[V];",
            "for (std::size_t p = 1; p < kp; ++p) {\n    __m512i bv[V];",
-           "each bf16 dot product skips its first pair (Q K^T: two components of d; P V: two keys)"),
+           "each bf16 dot product skips its first pair (Q K^T: two components of d; P V: two keys)", simd="avx512bf16"),
     Mutant("bf16dot-edge-mask", SIMD, "const __mmask16 mask = v + 1 < V ? __mmask16(0xFFFF) : last;",
-           "const __mmask16 mask = last;", "the edge panel's column mask applied to every vector of it"),
+           "const __mmask16 mask = last;", "the edge panel's column mask applied to every vector of it", simd="avx512bf16"),
     Mutant("bf16dot-odd-weight-dropped", SIMD, "(left >= 32 ? 32 : left + 1) / 2", "(left >= 32 ? 32 : left) / 2",
-           "a tile's last weight is not stored when its column count is odd (its pair keeps the last tile's)"),
+           "a tile's last weight is not stored when its column count is odd (its pair keeps the last tile's)", simd="avx512bf16"),
     Mutant("bf16dot-values-partner", SIMD, "2 * q + 1 < rows ? lo + d_v : nullptr", "2 * q + 2 < rows ? lo + d_v : nullptr",
-           "the last key's value row is dropped from its pair when a tile's key count is even"),
+           "the last key's value row is dropped from its pair when a tile's key count is even", simd="avx512bf16"),
     Mutant("bf16dot-transpose-lanes", SIMD, "t[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);",
-           "t[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);", "the K transpose takes the wrong 128-bit lanes for pairs 8-11 of a block"),
+           "t[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);", "the K transpose takes the wrong 128-bit lanes for pairs 8-11 of a block", simd="avx512bf16"),
     Mutant("bf16dot-weights-biased", SIMD,
            "_mm512_storeu_si512(out + j / 2, __m512i(_mm512_cvtne2ps_pbh(__m512(e1), __m512(e0))));",
            "_mm512_storeu_si512(out + j / 2, __m512i(_mm512_cvtne2ps_pbh(__m512(e1), "
            "_mm512_mul_ps(_mm512_set1_ps(1 - 0x1p-5f), __m512(e0)))));",
-           "half the weights shrunk by 2^-5 before rounding to bf16: a bias of 8 units of bf16 rounding"),
+           "half the weights shrunk by 2^-5 before rounding to bf16: a bias of 8 units of bf16 rounding", simd="avx512bf16"),
     Mutant("bf16dot-exp-sum-half", SIMD, "    acc += e1;\n    _mm512_storeu_si512(out + j / 2,",
-           "    _mm512_storeu_si512(out + j / 2,", "the row sum l leaves out every second 16 weights of a tile's row"),
+           "    _mm512_storeu_si512(out + j / 2,", "the row sum l leaves out every second 16 weights of a tile's row", simd="avx512bf16"),
     # the shared GEMM tiles (math, blocked, streaming outside fp32)
     Mutant("tile-pv-add-lost", KCPP, "add ? A(1) : A(0)", "A(0)", "P V tiles overwrite instead of accumulating",
            count=2),

@@ -4,7 +4,7 @@ import matplotlib.pyplot as plt
 
 from attention_lab import stats
 from attention_lab.reports.common import ReportError, Targets, alternated_rows, memory_growth, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
-from attention_lab.runs import precision_peak
+from attention_lab.runs import bf16_dots_in_use, precision_peak
 
 
 DRIFT = 0.05  # a probe that moved more than this between the two readings: the host's speed changed
@@ -125,8 +125,8 @@ def performance_report(rows, peak, bench, folder):
         ratio_target(f"{fused} fp32, d = {d}: causal speed-up (time ratio)", (fused, "fp32", 1, 1, d),
                      (fused, "fp32", 0, 1, d), bound["causal_speedup"]["min"])
     for p in ("bf16", "fp16"):
-        # bf16 where the CPU has AVX512_BF16 (a bf16 dot-product peak was measured): the bf16 dot-product target
-        key = "bf16_dot_over_fp32" if p == "bf16" and peak.get("bf16_dot_gflops_core") else "narrow_over_fp32"
+        # bf16 where the kernels multiplied it with AVX512_BF16's dot product: the bf16 dot-product target
+        key = "bf16_dot_over_fp32" if p == "bf16" and bf16_dots_in_use(peak) else "narrow_over_fp32"
         for d in (64, 128):
             ratio_target(f"{fused} {p} (fp32 accumulation), d = {d}: rate over fp32"
                          + (" (AVX512_BF16 dot products)" if key == "bf16_dot_over_fp32" else ""),
@@ -182,9 +182,10 @@ def performance_report(rows, peak, bench, folder):
               "figures are deterministic (one allocation count), without interval.", ""]
     lines += target.table()
     lines += ["", "## Fraction of peak, every attn_h8 run", "",
-              "Peak: the fp32 FMA peak, and for bf16 the bf16 dot product's where the CPU has AVX512_BF16"
-              + (f" ({peak['bf16_dot_gflops_core']:.1f} GFLOP/s on one thread here)" if peak.get("bf16_dot_gflops_core")
-                 else " (not this one)") + "; threads x the one-thread peak.", "",
+              "Peak: the fp32 FMA peak, and for bf16 the bf16 dot product's where the kernels multiplied bf16 with "
+              "AVX512_BF16's dot product"
+              + (f" ({peak['bf16_dot_gflops_core']:.1f} GFLOP/s on one thread here)" if bf16_dots_in_use(peak)
+                 else f" (not here: {peak['simd']})") + "; threads x the one-thread peak.", "",
               "| backend | precision | causal | threads | d | ms per call (median) | GFLOP/s | 95% interval | of "
               "peak |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for (b, p, c, t, d), r in sorted(h8.items()):
@@ -288,7 +289,7 @@ def backward_performance(rows, fused, peak, target, peers, ratio_target):
     for p in ("bf16", "fp16"):
         for d in (64, 128):
             ratio_target(f"backward: {fused} {p} (fp32 accumulation), d = {d}, 1 thread: rate over fp32"
-                         + (" (AVX512_BF16 dot products)" if p == "bf16" and peak.get("bf16_dot_gflops_core") else ""),
+                         + (" (AVX512_BF16 dot products)" if p == "bf16" and bf16_dots_in_use(peak) else ""),
                          (fused, p, 0, 1, d), (fused, "fp32", 0, 1, d), bound["backward_narrow_over_fp32"]["min"],
                          "backward", at)
     for d in (64, 128):
