@@ -33,7 +33,13 @@ def test_every_executable_variant_passes_and_the_others_refuse():
     listing = json.loads(subprocess.run([ATTN_LAB, "list", "--json"], capture_output=True, text=True,
                                         check=True).stdout)["simd"]
     default = listing["in_use"]
-    print(f"default variant: {listing['summary']}")
+    print(f"default variant: {listing['summary']}; bf16 dot product over the fp32 FMA, measured at the choice: "
+          f"{listing['bf16_dot_over_fma']}")
+    # The summary names the machine of a run (runs.py's fingerprint): no measured figure may make two processes
+    # differ (the choice's measured ratio in it split one sweep's Slurm shards into two machines).
+    again = json.loads(subprocess.run([ATTN_LAB, "list", "--json"], capture_output=True, text=True, check=True).stdout)
+    checks.record(again["simd"]["summary"] == listing["summary"],
+                  f"the variant's summary differs between two processes: {listing['summary']!r}, {again['simd']['summary']!r}")
     for v in listing["variants"]:
         vid = v["id"]
         if not v["executable"]:

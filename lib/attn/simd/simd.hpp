@@ -168,7 +168,8 @@ bool bf16_dots_pay(double dot_flops_per_second, double fma_flops_per_second);
 // variant has bf16 dot products).
 std::optional<double> simd_bf16_dot_ratio();
 // "avx512bw (avx512bf16 variant, the widest this CPU executes)", "... forced
-// by ATTN_SIMD", or why a wider variant was passed over.
+// by ATTN_SIMD", or why a wider variant was passed over; never a measured
+// figure (it names the machine of a run: runs.py's fingerprint).
 std::string simd_summary();
 
 }  // namespace attn
