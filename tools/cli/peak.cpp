@@ -26,6 +26,9 @@ int run(const Args& args) {
                 p.bf16_dot_in_use ? "the kernels in use multiply bf16 with it" : "not used: bf16 is widened to fp32");
   else
     std::printf("bf16 dot product none (this CPU has no AVX512_BF16)\n");
+  if (p.fp16_fma_gflops_core)
+    std::printf("fp16 FMA         %8.1f GFLOP/s per core (AVX512_FP16: fp16 accumulation; no kernel here uses it)\n",
+                *p.fp16_fma_gflops_core);
   std::printf("sgemm, 1 thread  %8.1f GFLOP/s at n = 1024, %8.1f at 2048\n", p.sgemm_gflops_1024, p.sgemm_gflops_2048);
   std::printf("attention GEMMs  %8.1f GFLOP/s at n = 4096, d = 64, %8.1f at d = 128 (Q K^T then P V, fp32, 1 thread)\n",
               p.sgemm_attention_gflops_d64, p.sgemm_attention_gflops_d128);
@@ -45,7 +48,8 @@ extern const Command peak_command = {
     "                             this machine's measured peaks (about half a minute)\n",
     R"(attn-lab peak [--json] [--out FILE]: this machine's measured peaks: FMA GFLOP/s (fp32,
 fp64) for one thread and all, the bf16 dot product's where the CPU has AVX512_BF16 (null in the
-JSON where not; bf16_dot_in_use: whether the kernels in use multiply bf16 with it), single-thread BLAS GEMM at n = 1024 and 2048, the two GEMMs of
+JSON where not; bf16_dot_in_use: whether the kernels in use multiply bf16 with it), AVX512_FP16's FMA on
+one core where the CPU has it (fp16 accumulation: no kernel uses it; null where not), single-thread BLAS GEMM at n = 1024 and 2048, the two GEMMs of
 one attention head at n = 4096 (d = 64, 128), stream triad bandwidth, read bandwidth (a sum over
 256 MiB per thread: the ceiling of a decode step reading its KV cache). Takes about half a minute.
   --json        one line of JSON on stdout

@@ -13,6 +13,10 @@
 #include "attn/simd/simd.hpp"
 #include "attn/core/xt.hpp"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 
 namespace attn {
 
@@ -78,6 +82,36 @@ std::optional<double> bf16_dot_gflops_one_thread() {
   const double seconds = best_seconds(5, [&] { sink = sink + k->dot_chains_bf16(iters); });
   return 4.0 * double(k->lanes_f32() * k->peak_chains) * double(iters) / seconds / 1e9;
 }
+
+#if defined(__x86_64__)
+// AVX512_FP16's FMA (vfmadd231ph: 32 fp16 lanes, every product and sum rounded to fp16): the ceiling of fp16
+// arithmetic with fp16 accumulation, which no kernel here uses. fp16 storage widens to fp32 (its default
+// accumulation): an fp16 kernel like the bf16 one would multiply fp16 pairs into fp32 sums (AVX10.2's
+// VDPPHPS), which no CPU seen here has (docs/performance.md, section 26). Hand-written with a target attribute
+// as no kernel variant is compiled for AVX512_FP16; 30 chains, as the other probes.
+__attribute__((target("avx512f,avx512fp16"))) double fp16_fma_chains(long iters) {
+  constexpr int chains = 30;
+  __m512h acc[chains];
+  for (int c = 0; c < chains; ++c) acc[c] = _mm512_set1_ph(_Float16(c));  // distinct: no chain merged with another
+  const __m512h one = _mm512_set1_ph(_Float16(1.0f)), small = _mm512_set1_ph(_Float16(0x1p-10f));
+  for (long i = 0; i < iters; ++i)
+#pragma GCC unroll 32
+    for (int c = 0; c < chains; ++c) acc[c] = _mm512_fmadd_ph(acc[c], one, small);
+  __m512h sum = acc[0];
+  for (int c = 1; c < chains; ++c) sum = _mm512_add_ph(sum, acc[c]);
+  return double(_mm512_reduce_add_ph(sum));
+}
+
+std::optional<double> fp16_fma_gflops_one_thread() {
+  if (!__builtin_cpu_supports("avx512fp16")) return std::nullopt;
+  const long iters = long(640'000'000 / (32 * 30));
+  volatile double sink = 0;
+  const double seconds = best_seconds(5, [&] { sink = sink + fp16_fma_chains(iters); });
+  return 2.0 * 32 * 30 * double(iters) / seconds / 1e9;
+}
+#else
+std::optional<double> fp16_fma_gflops_one_thread() { return std::nullopt; }
+#endif
 
 std::optional<double> bf16_dot_gflops_all(unsigned cores) {
   if (!has_bf16_dot()) return std::nullopt;
@@ -178,6 +212,7 @@ MachinePeak measure_peak() {
   p.fp64_fma_gflops_all = fma_gflops_all<double>(p.cores);
   p.bf16_dot_gflops_core = bf16_dot_gflops_one_thread();
   p.bf16_dot_gflops_all = bf16_dot_gflops_all(p.cores);
+  p.fp16_fma_gflops_core = fp16_fma_gflops_one_thread();
   {  // OpenBLAS's GEMM rates on one thread
     const ScopedBlasThreads one_thread(true, 1);
     p.sgemm_gflops_1024 = gemm_gflops<float>(1024);
@@ -227,6 +262,7 @@ Json to_json(const MachinePeak& p) {
           {"bf16_dot_gflops_core", p.bf16_dot_gflops_core ? Json(*p.bf16_dot_gflops_core) : Json(nullptr)},
           {"bf16_dot_gflops_all", p.bf16_dot_gflops_all ? Json(*p.bf16_dot_gflops_all) : Json(nullptr)},
           {"bf16_dot_in_use", p.bf16_dot_in_use},
+          {"fp16_fma_gflops_core", p.fp16_fma_gflops_core ? Json(*p.fp16_fma_gflops_core) : Json(nullptr)},
           {"sgemm_gflops_1024", p.sgemm_gflops_1024},
           {"sgemm_gflops_2048", p.sgemm_gflops_2048},
           {"dgemm_gflops_1024", p.dgemm_gflops_1024},

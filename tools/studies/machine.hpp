@@ -20,6 +20,9 @@ struct MachinePeak {
   // Whether the kernels in use multiply bf16 storage with it (simd.cpp: only where it pays); when not, a
   // bf16 rate is a fraction of the fp32 FMA peak.
   bool bf16_dot_in_use = false;
+  // AVX512_FP16's FMA on one core (fp16 products and sums: fp16 accumulation, which no kernel here uses);
+  // none without the instruction.
+  std::optional<double> fp16_fma_gflops_core;
   double sgemm_gflops_1024 = 0, sgemm_gflops_2048 = 0;  // one thread
   double dgemm_gflops_1024 = 0, dgemm_gflops_2048 = 0;
   // The two GEMMs of one attention head at n = 4096 (S = Q K^T, then O = P V,
