@@ -4,7 +4,7 @@ set -euo pipefail
 
 ATTN_PACKAGES=(meson ninja-build pkg-config cmake gcc g++ ccache
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
-  librapidcheck-dev libgtest-dev libbenchmark-dev libboost-dev python3-matplotlib
+  librapidcheck-dev libgtest-dev libbenchmark-dev libboost-dev libmpfr-dev python3-matplotlib
   clang libclang-rt-14-dev python3-numpy python3-markdown chromium chromium-driver python3-selenium
   nlohmann-json3-dev python3-scipy python3-pytest python3-dev python3-venv pybind11-dev slurm-wlm munge)
 

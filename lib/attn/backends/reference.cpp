@@ -11,6 +11,7 @@ namespace attn::backends {
 
 template <class S, Accumulate P>
 Result<S> Reference::run(const Inputs<S>& in, const Options& opt, Workspace& ws) {
+  exact_caches_freed_at_thread_exit();
   return detail::naive_attention<S, exact_t>(in, opt, ws, name);
 }
 
@@ -20,6 +21,7 @@ std::size_t Reference::workspace_bytes(const Shape& s, const Options&) {
 }
 
 Result<double> reference_attention(const Inputs<double>& in, const Options& opt) {
+  exact_caches_freed_at_thread_exit();
   Options all = opt;
   all.need_weights = all.need_lse = true;
   Workspace ws;
@@ -36,6 +38,7 @@ Result<double> compensated_reference_attention(const Inputs<double>& in, const O
 template <class S, Accumulate P>
 Gradients<S> Reference::backward(const Inputs<S>& in, const Saved<S>&, const xt::xtensor<S, 4>& d_out,
                                  const Options& opt, Workspace& ws) {
+  exact_caches_freed_at_thread_exit();
   return detail::naive_backward<S, exact_t>(in, nullptr, d_out, opt, ws, name);
 }
 
@@ -46,12 +49,14 @@ std::size_t Reference::backward_workspace_bytes(const Shape& s, const Options&) 
 
 Gradients<double> reference_gradients(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                       const Options& opt) {
+  exact_caches_freed_at_thread_exit();
   Workspace ws;
   return detail::naive_backward<double, exact_t>(in, nullptr, d_out, opt, ws, Reference::name);
 }
 
 exact_t reference_gradient_dot(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out, const Options& opt,
                                const Inputs<double>& direction, const xt::xtensor<double, 1>* sink_direction) {
+  exact_caches_freed_at_thread_exit();
   Workspace ws;
   exact_t sum = 0;
   detail::naive_backward_into<double, exact_t>(

@@ -1,6 +1,7 @@
 #include "attn/registry/registry.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <array>
 #include <chrono>
@@ -22,6 +23,20 @@ std::vector<BackendInfo> builtin_backends();  // backends/builtin.cpp
 
 void set_blas_threads(int n) { openblas_set_num_threads(n); }
 int blas_threads() { return openblas_get_num_threads(); }
+
+namespace {
+// OpenBLAS starts with a thread per core, and between calls its idle threads
+// spin on sched_yield: a process that never asked for threads (a truth's or a
+// bound's fp64 GEMM, `attn-lab invariance`) burnt half again its CPU time so
+// (invariance --profile smoke: 52 CPU-s, 34 with one thread), taken from
+// whatever shares the cores. One thread until a caller asks for more
+// (Options::threads through ScopedBlasThreads, the CLI's --threads), unless
+// the user's OPENBLAS_NUM_THREADS / OMP_NUM_THREADS say otherwise.
+const bool kOneBlasThreadByDefault = [] {
+  if (!std::getenv("OPENBLAS_NUM_THREADS") && !std::getenv("OMP_NUM_THREADS")) set_blas_threads(1);
+  return true;
+}();
+}  // namespace
 
 ScopedBlasThreads::ScopedBlasThreads(bool active, std::size_t threads) {
   if (!active) return;

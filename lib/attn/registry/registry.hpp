@@ -201,7 +201,9 @@ void add_backend(BackendInfo row);
 
 // OpenBLAS's build configuration and the kernel core it selected at run time.
 std::string blas_info();
-// The threads OpenBLAS may use (the BLAS backends' Options::threads).
+// The threads OpenBLAS may use (the BLAS backends' Options::threads); one
+// from the library's start unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is
+// set (registry.cpp: OpenBLAS's idle threads spin).
 void set_blas_threads(int n);
 int blas_threads();
 // OpenBLAS's thread count set to `threads` for a scope, then restored (when

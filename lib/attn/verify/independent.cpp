@@ -137,6 +137,7 @@ Result<double> attention(const Inputs<double>& in, const Options& opt) {
   // Heads in parallel on every core (each writes only its own head's rows); rows in order within a head.
   const std::size_t threads = std::max(1u, std::thread::hardware_concurrency());
   parallel_for(sh.batch * sh.heads, threads, [&](std::size_t item, std::size_t) {
+      if constexpr (std::is_same_v<T, backends::exact_t>) backends::exact_caches_freed_at_thread_exit();
       const std::size_t b = item / sh.heads, h = item % sh.heads;
       std::vector<T> o(sh.d_v);
       const Head hd = head_of(sh, opt, b, h);
@@ -230,7 +231,9 @@ Gradients<double> gradients(const Inputs<double>& in, const xt::xtensor<double, 
 
 Result<double> independent_attention(const Inputs<double>& in, const Options& opt, IndependentPrecision p) {
   switch (p) {
-    case IndependentPrecision::digits50: return attention<backends::exact_t>(in, opt);
+    case IndependentPrecision::digits50:
+      backends::exact_caches_freed_at_thread_exit();
+      return attention<backends::exact_t>(in, opt);
     case IndependentPrecision::double_double: return attention<dd>(in, opt);
     case IndependentPrecision::fp64: return attention<double>(in, opt);
   }
@@ -240,7 +243,9 @@ Result<double> independent_attention(const Inputs<double>& in, const Options& op
 Gradients<double> independent_gradients(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                         const Options& opt, IndependentPrecision p) {
   switch (p) {
-    case IndependentPrecision::digits50: return gradients<backends::exact_t>(in, d_out, opt);
+    case IndependentPrecision::digits50:
+      backends::exact_caches_freed_at_thread_exit();
+      return gradients<backends::exact_t>(in, d_out, opt);
     case IndependentPrecision::double_double: return gradients<dd>(in, d_out, opt);
     case IndependentPrecision::fp64: return gradients<double>(in, d_out, opt);
   }

@@ -20,7 +20,7 @@
 // dK = scale dS'^T Q, dV = P^T dO (K/V heads summing their g query heads),
 // d(bias) = dS summed over batch and heads, d(sink_h) = -sum_{b,i} exp(sink_h - lse_i) D_i.
 //
-// Each is evaluated in a number type T: 50 digits (boost cpp_bin_float_50),
+// Each is evaluated in a number type T: 50 digits (MPFR: reference_exact.hpp),
 // double-double (double_double.hpp: dots and sums in ~106 bits), or double.
 // In double the score and output loops run over blocks of 8 keys with one
 // accumulator per key, which the compiler vectorises without reordering any
