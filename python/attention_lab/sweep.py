@@ -242,14 +242,35 @@ def items(profile, plugins):
     return out
 
 
-def make_plan(profile, shards, plugins):
-    """The shards: items longest first onto the least loaded shard; within a shard, the single run's order."""
+def label(it):
+    """An item's name for --only: a benchmark's name, accuracy/<index>, claims/<id>, step/<name>."""
+    return it["key"] if it["kind"] == "bench" else f"{it['kind']}/{it['key']}"
+
+
+def selected(every, only, profile):
+    """The items whose label (label()) the regular expression `only` finds (re.search); all when None."""
+    if only is None:
+        return every
+    try:
+        pattern = re.compile(only)
+    except re.error as e:
+        raise SweepError(f"--only '{only}': not a regular expression ({e})")
+    chosen = [it for it in every if pattern.search(label(it))]
+    if not chosen:
+        raise SweepError(f"--only '{only}' matches no item of the {profile} profile (labels: benchmark names, "
+                         "accuracy/<index>, claims/<id>, step/<verify|entropy|invariance|pages>)")
+    return chosen
+
+
+def make_plan(profile, shards, plugins, only=None):
+    """The shards: items longest first onto the least loaded shard; within a shard, the single run's order.
+    only: a regular expression on the items' labels (selected()), the plan then holding those alone."""
     if profile not in PROFILES:
         raise SweepError(f"--profile must be one of {', '.join(PROFILES)}, not '{profile}'")
     if shards < 1:
         raise SweepError(f"the number of shards must be at least 1, not {shards}")
     plugins = [shown(p) for p in plugins]
-    every = items(profile, plugins)
+    every = selected(items(profile, plugins), only, profile)
     if shards > len(every):
         raise SweepError(f"{shards} shards for {len(every)} items: at most {len(every)}")
     model = load_model()
@@ -266,6 +287,7 @@ def make_plan(profile, shards, plugins):
         mine = sorted(placed[i], key=lambda it: order[(it["kind"], it["key"])])
         lines.append({"shard": i, "of": shards, "profile": profile, "commit": version, "build": build,
                       "plugins": plugins,
+                      **({"only": only} if only is not None else {}),
                       "estimated_seconds": round(load[i], 1),
                       "bench": [it["key"] for it in mine if it["kind"] == "bench"],
                       "accuracy": [it["key"] for it in mine if it["kind"] == "accuracy"],
@@ -299,7 +321,8 @@ def fmt_minutes(seconds):
 def summary_lines(plan):
     est = [s["estimated_seconds"] for s in plan]
     count = lambda k: sum(len(s[k]) for s in plan)  # noqa: E731
-    return [f"plan {plan[0]['plan']}: profile {plan[0]['profile']}, {len(plan)} shard(s), commit {plan[0]['commit']}",
+    only = f" (--only '{plan[0]['only']}')" if "only" in plan[0] else ""
+    return [f"plan {plan[0]['plan']}: profile {plan[0]['profile']}{only}, {len(plan)} shard(s), commit {plan[0]['commit']}",
             f"  {count('bench')} benchmarks, {count('accuracy')} accuracy problems, {count('claims')} claims, "
             f"steps {', '.join(x for s in plan for x in s['steps']) or 'none'}",
             f"  estimated {fmt_minutes(sum(est))} in all; per shard {fmt_minutes(min(est))} to {fmt_minutes(max(est))}"]
@@ -315,9 +338,10 @@ def cmd_plan(args):
         if not p.startswith("python:") and not os.path.isfile(p):
             raise SweepError(f"plugin '{p}': no such file")
     if args.shards is None:  # shards of about max_shard_minutes each
-        total = sum(it["seconds"] for it in items(args.profile, [shown(p) for p in plugins]))
+        total = sum(it["seconds"] for it in selected(items(args.profile, [shown(p) for p in plugins]), args.only,
+                                                     args.profile))
         args.shards = max(1, math.ceil(total / (60 * load_model()["max_shard_minutes"])))
-    plan = make_plan(args.profile, args.shards, plugins)
+    plan = make_plan(args.profile, args.shards, plugins, args.only)
     path = os.path.join(args.out, "plan.jsonl")
     if os.path.isfile(path) and open(path).read() != plan_text(plan) and not args.force:
         raise SweepError(f"{path} holds another plan (another profile, shard count or version); --force replaces it "
@@ -688,7 +712,9 @@ def sweep_section(plan, states):
             lines.append(f"- shard {line['shard']} of {len(plan)}: **{st}** ({why}); it ran {what}")
         lines.append("")
     profile = plan[0]["profile"]
-    lines += [f"Plan {plan[0]['plan']} (`scripts/run --plan`): profile {profile}, {len(plan)} shards, "
+    subset = (f" (the items `--only '{plan[0]['only']}'` selects, not the whole profile)" if "only" in plan[0]
+              else "")
+    lines += [f"Plan {plan[0]['plan']} (`scripts/run --plan`): profile {profile}{subset}, {len(plan)} shards, "
               f"commit {plan[0]['commit']}: {sum(len(s['bench']) for s in plan)} benchmarks (timed with "
               f"`{' '.join(TIMING[profile])}`), {sum(len(s['accuracy']) for s in plan)} accuracy problems, "
               f"{sum(len(s['claims']) for s in plan)} claims, steps "
@@ -828,6 +854,8 @@ def main(argv=None):
     p.add_argument("--out", default="reports/sweep", help="the sweep's folder")
     p.add_argument("--plugin", action="append", default=[])
     p.add_argument("--force", action="store_true", help="replace a different plan in the folder")
+    p.add_argument("--only", metavar="REGEX", help="only the items whose label matches (re.search): a benchmark's "
+                   "name, accuracy/<index>, claims/<id>, step/<verify|entropy|invariance|pages>")
     p = sub.add_parser("shard", help="run shard I of N of DIR's plan into DIR/shards/")
     p.add_argument("which", metavar="I/N")
     p.add_argument("--out", default="reports/sweep")
