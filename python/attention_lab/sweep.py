@@ -2,7 +2,7 @@
 """A sweep as independent shards: a plan, one shard at a time anywhere (a Slurm
 array task, a laptop), and a merge of the shards into one run folder.
 
-    scripts/run --plan [--profile P] [--shards N] [--out DIR]     sweep.py plan
+    scripts/run --plan [--profile P] [--shards N] [--out DIR] [--only REGEX]     sweep.py plan
     scripts/run --shard I/N [--out DIR]                           sweep.py shard
     scripts/run --merge DIR                                       sweep.py merge
 
@@ -10,6 +10,8 @@ What a sweep runs, as items: every benchmark of the profile (attn-bench
 --names), every accuracy problem (attn-lab accuracy --problems), every claim
 (attn-lab claims --only) and three single steps: the plugins' verdicts
 (attn-lab verify), the entropy study and the page data (attention_lab.reports collect).
+--only REGEX keeps the items whose label (label(): a benchmark's name,
+accuracy/<index>, claims/<id>, step/<name>) it finds; the plan records it.
 Every shard also measures its machine's peaks (attn-lab peak) and records its
 build: a machine type's report is against its own peak.
 
@@ -247,14 +249,21 @@ def label(it):
     return it["key"] if it["kind"] == "bench" else f"{it['kind']}/{it['key']}"
 
 
-def selected(every, only, profile):
-    """The items whose label (label()) the regular expression `only` finds (re.search); all when None."""
+def only_pattern(only):
+    """--only's regular expression compiled (None: every item), checked before the items are listed."""
     if only is None:
-        return every
+        return None
     try:
-        pattern = re.compile(only)
+        return re.compile(only)
     except re.error as e:
         raise SweepError(f"--only '{only}': not a regular expression ({e})")
+
+
+def selected(every, only, profile):
+    """The items whose label (label()) the regular expression `only` finds (re.search); all when None."""
+    pattern = only_pattern(only)
+    if pattern is None:
+        return every
     chosen = [it for it in every if pattern.search(label(it))]
     if not chosen:
         raise SweepError(f"--only '{only}' matches no item of the {profile} profile (labels: benchmark names, "
@@ -270,6 +279,7 @@ def make_plan(profile, shards, plugins, only=None):
     if shards < 1:
         raise SweepError(f"the number of shards must be at least 1, not {shards}")
     plugins = [shown(p) for p in plugins]
+    only_pattern(only)  # a bad pattern refused before the tools list the items
     every = selected(items(profile, plugins), only, profile)
     if shards > len(every):
         raise SweepError(f"{shards} shards for {len(every)} items: at most {len(every)}")
@@ -332,6 +342,7 @@ def cmd_plan(args):
     if args.profile not in PROFILES:
         raise SweepError(f"--profile must be one of {', '.join(PROFILES)}, not '{args.profile}'")
     check_binaries()
+    only_pattern(args.only)
     plugins = list(dict.fromkeys(p if p.startswith("python:") else os.path.realpath(p)
                                  for p in default_plugins() + args.plugin))
     for p in plugins:

@@ -1,7 +1,7 @@
 // reference: the naive algorithm in 50 significant decimal digits (MPFR
 // through Boost.Multiprecision: reference_exact.hpp), rounded once at the
 // end. The ground truth every other backend is compared with. O(n_q * n_kv)
-// memory of 50-digit numbers and about 2.6 us per exp: for small and medium
+// memory of 50-digit numbers and about 2.9 us per exp: for small and medium
 // shapes.
 #pragma once
 
@@ -46,9 +46,10 @@ Result<double> compensated_reference_attention(const Inputs<double>& in, const O
 Gradients<double> reference_gradients(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                       const Options& opt);
 
-// What the 50-digit reference costs, in multiply-add equivalents (an exp was
-// about 100 in Boost's cpp_bin_float_50, about 20 in MPFR): B H n_q n_kv
-// (d_k + d_v + 100); 0.07 us each at d = 64 on one Xeon core (attn-lab attend
+// What the 50-digit reference costs, in multiply-add equivalents: B H n_q
+// n_kv (d_k + d_v + 100), an exp counted as 100 (measured: about 40 in
+// Boost's cpp_bin_float_50, 19 in MPFR; the formula, which the budgets and
+// the sweep's cost model use, is kept); 0.07 us each at d = 64 on one Xeon core (attn-lab attend
 // --backend reference --random 1,1,256,256,64,64 --precision fp64: 1.1 s).
 double reference_cost(const Shape& s);
 // The largest reference_cost the suite spends on 50 digits by default (under a second).

@@ -13,8 +13,8 @@ namespace attn::backends {
 // 50 decimal digits (168 bits) in MPFR, correctly rounded in every operation
 // and exp/log/tanh, through Boost.Multiprecision's wrapper: the numbers' limbs
 // on the stack (no allocation per temporary), no expression templates. It was
-// Boost's own cpp_bin_float_50, whose multiply-add and exp took 3 and 6.6 times
-// as long (424 ns and 17 us against 153 ns and 2.6 us, one Xeon core): 80% of
+// Boost's own cpp_bin_float_50, whose multiply-add and exp took 2.8 and 6.0 times
+// as long (424 ns and 17.3 us against 153 ns and 2.9 us, one Xeon core): 80% of
 // the property suite's time was the reference's arithmetic.
 using exact_t = boost::multiprecision::number<boost::multiprecision::mpfr_float_backend<50, boost::multiprecision::allocate_stack>,
                                               boost::multiprecision::et_off>;

@@ -63,7 +63,7 @@ std::string describe(const Case& c);
 // d_k != d_v, fully masked rows, ragged blocks); call from a property body.
 void classify(const Case& c);
 
-// Cases whose reference (50 digits, ~2.6 us an exp) stays cheap:
+// Cases whose reference (50 digits, ~2.9 us an exp) stays cheap:
 // B H n_q n_kv (d_k + d_v + 100) <= budget.
 rc::Gen<Case> gen_case(double cost_budget, bool allow_masks = true);
 
