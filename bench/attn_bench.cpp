@@ -28,7 +28,8 @@
 //   attn_paired/<backend>/<precision>/causal:<0|1>/threads:<t>/n:<n>/d:<d>/h:8/h_kv:8/variant:paired
 //   attn_bwd_paired/... the same for the backward pass
 //       the fused backend's ratio targets: each sample preceded by one call of the other side (2 threads
-//       after 1, causal after no mask, bf16 and fp16 after fp32), its times "partner_samples"
+//       after 1, causal after no mask, bf16 and fp16 after fp32), its times "partner_samples"; fp32, one
+//       thread, no mask after `attn-lab peak`'s fp32 FMA probe (the fraction-of-peak targets)
 // attn_h8, attn_noisy, attn_versus, attn_paired, attn_bwd, attn_bwd_paired and attn_fwdbwd run B = 1, H = 8; every other family runs B = H = 1. threads:<t> is the worker count of a
 // backend with its own threads and OpenBLAS's thread count for the BLAS backends.
 // Counters: FLOP/s (4 B H n_q n_kv d, halved for causal; backward 2.5x that,
@@ -68,6 +69,7 @@
 #include "attn/simd/simd.hpp"
 #include "attn/verify/verify.hpp"
 #include "attn/io/json.hpp"
+#include "studies/machine.hpp"
 #include "studies/studies.hpp"
 
 namespace attn::bench {
@@ -181,6 +183,10 @@ struct Point {
   // thread count (the ratio targets' other side).
   struct Partner {
     bool fused = false;     // the fused backend (fused_backend()) instead of this one
+    // No call: the fp32 FMA probe of `attn-lab peak` (fp32_fma_gflops_core, one thread, about 10 ms), recorded
+    // as the time it would take for this point's FLOPs at the rate it measured, so that the pairs' ratio (the
+    // partner's time over the point's) is the point's fraction of the peak measured beside each sample.
+    bool peak = false;
     std::string precision = {};  // another storage ("": the same)
     int causal = -1;        // another mask (-1: the same)
     int threads = 0;        // another thread count (0: the same)
@@ -204,12 +210,14 @@ bool everywhere(const Profile& prof, const PrecisionInfo& p) { return prof.all_p
 Shape square(std::size_t n, std::size_t d, std::size_t heads = 1) { return {1, heads, n, n, d, d}; }
 
 // The ratio targets' points of one precision (targets.json: two_threads, causal_speedup, narrow_over_fp32,
-// bf16_dot_over_fp32, backward_narrow_over_fp32), each with the other side as its partner: fp32 on 2 threads
-// after 1 thread, fp32 causal after no mask, bf16 and fp16 after fp32 (1 thread, no mask). B = 1, H = 8 at n.
+// bf16_dot_over_fp32, backward_narrow_over_fp32, forward_fraction_of_peak, backward_fraction_of_peak), each
+// with the other side as its partner: fp32 on 2 threads after 1 thread, fp32 causal after no mask, bf16 and
+// fp16 after fp32 (1 thread, no mask), fp32 (1 thread, no mask) after the FMA probe. B = 1, H = 8 at n.
 std::vector<Point> paired_points(std::size_t n, const std::vector<std::size_t>& ds, const PrecisionInfo& p) {
   std::vector<Point> pts;
   for (std::size_t d : ds) {
     if (is_fp32(p)) {
+      pts.push_back({square(n, d, 8), false, 1, false, "paired", 1024, Point::Partner{.peak = true}});
       pts.push_back({square(n, d, 8), false, 2, false, "paired", 1024, Point::Partner{.threads = 1}});
       pts.push_back({square(n, d, 8), true, 1, false, "paired", 1024, Point::Partner{.causal = 0}});
     } else if (p.name == "bf16" || p.name == "fp16") {
@@ -221,6 +229,13 @@ std::vector<Point> paired_points(std::size_t n, const std::vector<std::size_t>& 
 
 // What a benchmark times: the forward call, the backward call, or both.
 enum class Pass { forward, backward, forward_backward };
+
+// The FLOPs of one call of a pass (backend.hpp's flops and backward_flops).
+double pass_flops(const Shape& s, bool causal, Pass pass) {
+  return pass == Pass::forward    ? flops(s, causal)
+         : pass == Pass::backward ? backward_flops(s, causal)
+                                  : flops(s, causal) + backward_flops(s, causal);
+}
 
 // A series of benchmarks: one row of the table below.
 struct Series {
@@ -845,9 +860,10 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   // and warmed; before each sample one call of it (without --adaptive there are no samples to alternate with:
   // this point alone, as in attn_h8).
   const bool paired = pt.partner && sampling.adaptive();
+  const bool peak_partner = paired && pt.partner->peak;
   std::unique_ptr<Prepared> partner;
   Point partner_pt;
-  if (paired) {
+  if (paired && !peak_partner) {
     partner_pt = partner_point(pt);
     const PrecisionInfo& pp = pt.partner->precision.empty() ? p : precision_info(pt.partner->precision);
     partner = std::make_unique<Prepared>();
@@ -862,7 +878,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     call_pass(*partner->call, pass);
     set_blas_threads(pt.threads);
   };
-  if (paired) partner_call();  // warm
+  if (paired && !peak_partner) partner_call();  // warm
   std::vector<double> before;  // those calls' times, one per sample
   auto time_before = [&](auto&& call) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -875,6 +891,8 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
       neighbour.reset();
       time_before(one_call);
       neighbour.emplace();
+    } else if (peak_partner) {  // the time the probe's rate would take for the point's FLOPs
+      before.push_back(pass_flops(pt.shape, pt.causal, pass) / (fp32_fma_gflops_core() * 1e9));
     } else if (paired) {
       time_before(partner_call);
     }
@@ -912,9 +930,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
 
   const Shape& shape = pt.shape;
   const double calls = double(per_call.size());
-  const double pass_flops = pass == Pass::forward    ? flops(shape, pt.causal)
-                            : pass == Pass::backward ? backward_flops(shape, pt.causal)
-                                                     : flops(shape, pt.causal) + backward_flops(shape, pt.causal);
+  const double call_flops = pass_flops(shape, pt.causal, pass);
   state.counters["seconds_per_call"] = wall / calls;
   // The median call and the 10th and 90th percentiles (nearest rank) of the
   // calls: the spread a shared machine's noise puts on one benchmark.
@@ -923,7 +939,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   state.counters["seconds_median"] = median(per_call);
   state.counters["seconds_p10"] = rank(0.1);
   state.counters["seconds_p90"] = rank(0.9);
-  state.counters["FLOP/s"] = pass_flops * calls / wall;
+  state.counters["FLOP/s"] = call_flops * calls / wall;
   state.counters["qkvo_bytes/s"] = double(tensor_bytes(shape, p)) * calls / wall;
   // K and V read once (a decode step's floor of memory traffic)
   state.counters["kv_bytes/s"] =
@@ -992,11 +1008,13 @@ std::string_view pass_name(Pass pass) {
 // "decode" for attn_decode, "noisy" for attn_noisy, "versus" for attn_versus, "paired" for attn_paired and
 // attn_bwd_paired, "" elsewhere.
 // "partner" (null where none) is what the call before each sample times (Point::partner): its backend, storage,
-// causal and threads (added within schema 2: a reader that does not know it reads the rest as before).
+// causal and threads (added within schema 2: a reader that does not know it reads the rest as before); backend
+// "fp32-fma-peak" where it is the FMA probe (Point::Partner::peak), its samples the probe's time for the point's FLOPs.
 constexpr int schema_version = 2;
 Json partner_fields(const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
   if (!pt.partner) return nullptr;
   const Point q = partner_point(pt);
+  if (pt.partner->peak) return {{"backend", "fp32-fma-peak"}, {"storage", "fp32"}, {"causal", false}, {"threads", 1}};
   return {{"backend", pt.partner->fused ? fused_backend().name : b.name},
           {"storage", pt.partner->precision.empty() ? p.name : pt.partner->precision},
           {"causal", q.causal},
@@ -1024,17 +1042,13 @@ Json plan_entry(const std::string& name, const Json& fields, const BackendInfo& 
     supported = supported || b.unsupported_reason(p, acc, s, options_of(pt)).empty();
   Shape checked = pass == Pass::forward ? verified_shape(pt) : s;
   if (pass != Pass::forward) checked.heads = 1, checked.n_q = checked.n_kv = std::min<std::size_t>(s.n_q, 1024);
-  auto pass_flops = [&](bool causal) {
-    return pass == Pass::forward    ? flops(s, causal)
-           : pass == Pass::backward ? backward_flops(s, causal)
-                                    : flops(s, causal) + backward_flops(s, causal);
-  };
-  // A partner's calls (one per sample) about double the timed work, and its verification the check's.
-  const double partners = pt.partner ? 1 : 0;
+  // A partner's calls (one per sample) about double the timed work, and its verification the check's; the
+  // peak's probe (about 10 ms a sample) neither.
+  const double partners = pt.partner && !pt.partner->peak ? 1 : 0;
   const bool partner_causal = pt.partner ? partner_point(pt).causal : false;
   return {{"name", name},
           {"attn", fields},
-          {"flops", pass_flops(pt.causal) + partners * pass_flops(partner_causal)},
+          {"flops", pass_flops(s, pt.causal, pass) + partners * pass_flops(s, partner_causal, pass)},
           {"verify_flops", (flops(checked, pt.causal) + partners * flops(checked, partner_causal)) *
                                (pass == Pass::forward ? 1 : 3.5)},
           {"verify_reference_cost", backends::reference_cost(checked) * (pass == Pass::forward ? 1 : 2.5)},

@@ -152,8 +152,14 @@ def alternated(exe):
             xs, before = r["samples"], r.get(field) or []
             if len(xs) < 6 or len(before) != len(xs):
                 failures.append(f"{r['name']}: {len(xs)} samples, {len(before)} {field}")
+            peak = r["partner"] and r["partner"]["backend"] == "fp32-fma-peak"
+            if peak and len(before) == len(xs):
+                # the FMA probe's time for the point's FLOPs: the pairs' ratio is a fraction of the peak, in (0, 1]
+                frac = stats.paired_ratio_ci(before, xs)[0]
+                if not 0 < frac <= 1:
+                    failures.append(f"{r['name']}: fraction of the FMA peak beside each sample {frac!r}, not in (0, 1]")
             if field == "partner_samples":
-                want = (["backend"] if family == "attn_versus" else ["threads"] if r["threads"] == 2
+                want = (["backend"] if family == "attn_versus" or peak else ["threads"] if r["threads"] == 2
                         else ["causal"] if r["causal"] else ["precision"])
                 if not r["partner"] or differing(r) != want:
                     failures.append(f"{r['name']}: partner {r['partner']}: differs in {r['partner'] and differing(r)}, "

@@ -198,6 +198,8 @@ std::string cpuinfo(const std::string& key) {
 
 }  // namespace
 
+double fp32_fma_gflops_core() { return fma_gflops_one_thread<float>(); }
+
 MachinePeak measure_peak() {
   MachinePeak p;
   p.cores = std::max(1u, std::thread::hardware_concurrency());

@@ -38,6 +38,9 @@ struct MachinePeak {
   std::string cpu_flags;  // its feature flags
 };
 
+// The fp32 FMA probe of MachinePeak::fp32_fma_gflops_core alone (the kernels in use, one thread, best of
+// five runs of about 2 ms each): attn-bench times it before each sample of a point whose partner is the peak.
+double fp32_fma_gflops_core();
 // Takes a few seconds: best of several repetitions of each probe.
 MachinePeak measure_peak();
 Json to_json(const MachinePeak& p);

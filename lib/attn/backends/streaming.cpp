@@ -481,8 +481,14 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 // parallelism inside one K/V head; B H_kv work items). dQ accumulates in the
 // output itself when the storage is the accumulation type, otherwise in one
 // g n_q x d_k buffer per worker in the accumulation type (the size of the
-// gradient itself). D_i is computed once per row, before the key blocks, into
-// g n_q values per worker (the same dot as before, so the same bits).
+// gradient itself). D_i = dO_i . O_i is computed again for each query block
+// a key tile visits (dot_lanes: 16 partial sums, a fixed order, so the same
+// bits on every visit), into B_q values per worker: keeping it for the K/V
+// head's g n_q rows, as FlashAttention-2 does, made the fp32 backward's extra
+// heap grow with n (4 bytes a query row: 9% from n = 1024 to 16384 at d = 64,
+// docs/performance.md section 25); recomputed, it costs n_q d_v multiply-adds
+// per key tile, 1 / (5 B_k) of the backward's own 5 n_q B_k d (0.08% at
+// B_k = 256; its time: docs/performance.md section 27).
 // Q and dO of the K/V head's g query heads are read as the products need
 // them once per K/V head, before the key blocks: in place when stored in the
 // accumulation type, else widened once (g n_q (d_k + d_v) values per worker);
@@ -502,8 +508,8 @@ std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b
          piece_bytes<A>(T::k_count(b_c, s.d_k)) + piece_bytes<A>(T::k_count(b_c, s.d_v)) +
          piece_bytes<A>(T::v_count(b_c, s.d_k)) + piece_bytes<A>(T::v_count(b_r, s.d_k)) +
          piece_bytes<A>(T::v_count(b_r, s.d_v)) + piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k)) +
-         piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_v)) + piece_bytes<A>(b_r) +
-         piece_bytes<A>(s.group() * s.n_q) + piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k));
+         piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_v)) + 2 * piece_bytes<A>(b_r) +
+         piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k));
 }
 
 std::size_t backward_workers(const Shape& s, const Options& opt) {
@@ -551,7 +557,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
     w.q_head = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));
     w.do_head = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_v));
     w.lse = arena.take<A>(B_r);
-    w.D = arena.take<A>(sh.group() * n_q);  // D_i of every row of the K/V head's g query heads
+    w.D = arena.take<A>(B_r);  // D_i of the query block's rows
     w.dq_acc = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));
   }
   Gradients<S> g = allocate_gradients<S>(sh, opt, bytes);
@@ -577,10 +583,6 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
       else return w.dq_acc + x * n_q * d_k;
     };
     for (std::size_t x = 0; x < g_heads; ++x) std::fill(dq(x), dq(x) + n_q * d_k, zero);
-    // D_i = dO_i . O_i of head h0 + x's row i at D[x n_q + i]
-    for (std::size_t x = 0; x < g_heads; ++x)
-      for (std::size_t i = 0; i < n_q; ++i)
-        w.D[x * n_q + i] = dot_loops<A>(&d_out(b, hk * g_heads + x, i, 0), &saved.out(b, hk * g_heads + x, i, 0), d_v);
     // Q and dO of the g heads (adjacent in memory), row i of head h0 + x at
     // (x n_q + i) d (pairs: dp); as pairs or widened once
     const S* q_src = &in.q(b, hk * g_heads, 0, 0);
@@ -644,6 +646,9 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
             T::scores(Q_h + row * d_k, K_keys, w.P, rows, cols, d_k, scale);
             T::scores(dO_h + row * d_v, V_keys, w.dS, rows, cols, d_v, one);
           }
+          // D_i = dO_i . O_i of the rows (every visit the same dot, so the same bits)
+          for (std::size_t r_ = 0; r_ < rows; ++r_)
+            w.D[r_] = dot_lanes<A>(&d_out(b, h, r0 + r_, 0), &saved.out(b, h, r0 + r_, 0), d_v);
           for (std::size_t r_ = 0; r_ < rows; ++r_) {
             const std::size_t i = r0 + r_;
             A* p = w.P + r_ * cols;
@@ -654,8 +659,8 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
             const A lse = convert<A>(saved.lse(b, h, i));
             if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);
             else std::fill(p, p + cols, zero);
-            // D_i = dO_i . O_i;  dS = P o (dP - D_i)
-            const A d_i = w.D[x * n_q + i];
+            // dS = P o (dP - D_i)
+            const A d_i = w.D[r_];
             for (std::size_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - d_i);
             if (ds_heads)
               for (std::size_t c = 0; c < cols; ++c) (*ds_heads)(b, h, i, j0 + c) = convert<double>(ds[c]);
@@ -692,7 +697,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
       A sum = zero;
       for (std::size_t i = 0; i < n_q; ++i) {
         const A lse = convert<A>(saved.lse(b, h, i));
-        sum -= exp_of<A>(A(sink - lse)) * w.D[x * n_q + i];
+        sum -= exp_of<A>(A(sink - lse)) * dot_lanes<A>(&d_out(b, h, i, 0), &saved.out(b, h, i, 0), d_v);
       }
       (*dsink_heads)(b, h) = convert<double>(sum);
     }

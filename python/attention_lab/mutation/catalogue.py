@@ -224,9 +224,8 @@ MUTANTS = [
            "if (saved_out)\n          for (std::size_t j = 0; j < n_kv; ++j) d_i = convert<A>(convert<S>(A(d_i + p_i[j] * ds_i[j])));",
            "naive: D from P o dP (n_kv terms) accumulated in the storage precision"),
     Mutant("bwd-st-d-storage", ST,
-           "w.D[x * n_q + i] = dot_loops<A>(&d_out(b, hk * g_heads + x, i, 0), &saved.out(b, hk * g_heads + x, i, 0), d_v);",
-           "w.D[x * n_q + i] =\n            convert<A>(convert<S>(dot_loops<S>(&d_out(b, hk * g_heads + x, i, 0), "
-           "&saved.out(b, hk * g_heads + x, i, 0), d_v)));",
+           "w.D[r_] = dot_lanes<A>(&d_out(b, h, r0 + r_, 0), &saved.out(b, h, r0 + r_, 0), d_v);",
+           "w.D[r_] = convert<A>(convert<S>(dot_loops<S>(&d_out(b, h, r0 + r_, 0), &saved.out(b, h, r0 + r_, 0), d_v)));",
            "streaming: D = dO . O (d_v terms) accumulated in the storage precision"),
     Mutant("bwd-st-p-unnormalised", ST, "if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);",
            "if (lse > minus_inf) exp_shifted_sum(p, cols, row_max(p, cols), /*simd=*/true);",

@@ -121,6 +121,20 @@ def rate_over(pairs, pass_, a, b, points):
     return time_ratio(points.get(b), points.get(a)), False
 
 
+PEAK_PARTNER = "fp32-fma-peak"  # attn-bench's partner that is `attn-lab peak`'s FMA probe (Point::Partner::peak)
+
+
+def peak_fraction(pairs, pass_, key, row, peak):
+    """A one-thread fp32 point's fraction of the fp32 FMA peak: the median over its pairs of its rate over the
+    probe's, the probe timed just before each sample (attn_paired / attn_bwd_paired with PEAK_PARTNER, whose
+    partner samples are the probe's time for the point's FLOPs), else its rate (`row`) over `peak`, the run's
+    reading of the probe at another time. (estimate or None, whether the two alternated)."""
+    probe = (PEAK_PARTNER, "fp32", 0, 1, key[4])
+    if (pass_, key, probe) in pairs:
+        return rate_over(pairs, pass_, key, probe, {})
+    return scaled(rate_estimate(row), peak), False
+
+
 FULL_TILES_N = 1024  # every variant's default tiles (attn/simd/variant_*.cpp: B_q, B_k <= 512) are full from here
 
 
