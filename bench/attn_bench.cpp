@@ -135,9 +135,11 @@ Profile profile(const std::string& name) {
     p.bwd_gemm_memory_n = {256, 1024, 4096};
     // The quick profile is the default run's (scripts/run, about 12 minutes on 2 cores): the points the
     // reports' questions need (the targets' shapes, the scaling and memory fits, each variant against plain
-    // attention, decode steps up to n_kv = 32768); the rest is in full.
+    // attention, decode steps up to n_kv = 131072: issue 38's decode target's length, and past the L3 of the
+    // machines seen (260 MiB on one Xeon: at 32768 keys the fp32 cache, 268 MB, was read at 131% of the read
+    // probe's bandwidth, run 20261204-021216); the rest is in full.
     p.var_n = 2048;
-    p.decode_n_kv = {1024, 8192, 32768};
+    p.decode_n_kv = {1024, 8192, 32768, 131072};
     p.bwd_gemm = p.fwdbwd = false;
     p.bwd_n = {4096};
     return p;
@@ -1163,8 +1165,8 @@ int main(int argc, char** argv) {
           "         4096, B = 1, H = 8: streaming fp32, causal, 2 threads, bf16, fp16; the GEMM backends' backward and\n"
           "         attn_fwdbwd only in full), attn_var (the variants at n = 2048, d = 128, causal: H = 8 plain,\n"
           "         softcap, sinks, alibi, documents; H = 32 gqa (H_kv = 8) and mha; streaming fp32, bf16; math,\n"
-          "         blocked at n = 1024, d = 64), attn_decode (n_q = 1, n_kv = 1024 ... 32768, H = 32, H_kv = 8,\n"
-          "         d = 128; to 131072 in full) and attn_noisy (attn_h8's one-thread fp32 forward of streaming and\n"
+          "         blocked at n = 1024, d = 64), attn_decode (n_q = 1, n_kv = 1024 ... 131072, H = 32, H_kv = 8,\n"
+          "         d = 128; more lengths in full) and attn_noisy (attn_h8's one-thread fp32 forward of streaming and\n"
           "         math beside a cache-polluting thread on the other core), attn_versus (each plugin's attn_h8\n"
           "         one-thread fp32 forward, each sample after one call of streaming), attn_paired and\n"
           "         attn_bwd_paired (streaming's ratio targets, each sample after one call of the other side:\n"

@@ -168,13 +168,22 @@ double triad_gbs(unsigned threads) {
 // beyond cache), the ceiling of a pass that only reads (a decode step reading
 // its KV cache). Integer sums so the compiler vectorises the loop freely.
 double read_gbs(unsigned threads) {
-  const std::size_t n = std::size_t(1) << 25;  // 256 MiB per thread
+  const std::size_t n = std::size_t(1) << 25;  // 256 MiB per thread (a multiple of 8)
   std::vector<std::vector<std::uint64_t>> a(threads, std::vector<std::uint64_t>(n, 1));
   std::vector<std::uint64_t> sums(threads);
+  // Each cache line's first element also prefetches the line `ahead` bytes on, as the decode kernels
+  // prefetch K and V (simd/variant.inc): with the hardware prefetchers alone the probe read less than
+  // those kernels (one Xeon core: 9.2 GB/s against the fp32 decode step's 10.0 at n_kv = 131072), a
+  // ceiling below what it bounds. 4 KiB ahead read 10.8-11.2 GB/s one core, 22.5-25.2 both, against
+  // 10.3-10.6 and 18.1-20.7 at 1 KiB and 8.8-9.8 and 15.8-18.7 without (docs/performance.md, section 27).
+  constexpr std::size_t ahead = 4096;  // bytes, in uint64 elements below
   auto run = [&](unsigned t) {
     const std::uint64_t* pa = a[t].data();
     std::uint64_t sum = 0;
-    for (std::size_t i = 0; i < n; ++i) sum += pa[i];
+    for (std::size_t i = 0; i < n; i += 8) {
+      __builtin_prefetch(pa + std::min(i + ahead / 8, n - 1));
+      for (std::size_t l = 0; l < 8; ++l) sum += pa[i + l];
+    }
     sums[t] = sum;
   };
   const double s = best_seconds(5, [&] {

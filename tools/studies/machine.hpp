@@ -29,7 +29,7 @@ struct MachinePeak {
   // 4 n^2 d FLOPs), fp32, one thread: the ceiling of the math backend.
   double sgemm_attention_gflops_d64 = 0, sgemm_attention_gflops_d128 = 0;
   double triad_gbs_core = 0, triad_gbs_all = 0;  // a[i] = b[i] + s c[i], 3 x 8 bytes per element
-  double read_gbs_core = 0, read_gbs_all = 0;    // a sum over 256 MiB per thread: reading only
+  double read_gbs_core = 0, read_gbs_all = 0;    // a sum over 256 MiB per thread, prefetched 4 KiB ahead: reading only
   unsigned cores = 0;
   std::string simd;  // the vector kernels in use (attn/simd/simd.hpp), which the FMA probe ran
   std::size_t fma_chains = 0;  // independent FMA chains of the probe
