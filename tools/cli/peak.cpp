@@ -51,7 +51,8 @@ fp64) for one thread and all, the bf16 dot product's where the CPU has AVX512_BF
 JSON where not; bf16_dot_in_use: whether the kernels in use multiply bf16 with it), AVX512_FP16's FMA on
 one core where the CPU has it (fp16 accumulation: no kernel uses it; null where not), single-thread BLAS GEMM at n = 1024 and 2048, the two GEMMs of
 one attention head at n = 4096 (d = 64, 128), stream triad bandwidth, read bandwidth (a sum over
-256 MiB per thread: the ceiling of a decode step reading its KV cache). Takes about half a minute.
+256 MiB per thread, prefetched 4 KiB ahead as the decode kernels prefetch: the ceiling of a decode step reading
+its KV cache). Takes about half a minute.
   --json        one line of JSON on stdout
   --out FILE    the same JSON written to FILE (atomically; --force replaces an existing file)
 

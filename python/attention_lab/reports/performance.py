@@ -7,9 +7,9 @@ from attention_lab.reports.common import PEAK_PARTNER, ReportError, Targets, alt
 from attention_lab.runs import bf16_dots_in_use, precision_peak
 
 
-DRIFT = 0.05
+DRIFT = 0.05  # a probe that moved more than this between the two readings: the host's speed changed
 # what a fraction-of-peak target's name adds (peak_fraction: whether the probe was timed beside each sample)
-BESIDE = {True: " (the probe timed before each sample)", False: ""}  # a probe that moved more than this between the two readings: the host's speed changed
+BESIDE = {True: " (the probe timed before each sample)", False: ""}
 
 
 def peak_drift(peak):
