@@ -137,6 +137,10 @@ MUTANTS = [
     Mutant("micro-packed-edge-panel", SIMD, "if (full < n) gemm_rows<AT>(a, lda, bp + full * k, n - full,",
            "if (full + 1 < n) gemm_rows<AT>(a, lda, bp + full * k, n - full,",
            "a last panel of a single column (n = 1 mod the panel width) is never computed"),
+    Mutant("micro-packed-last-row", SIMD, "rows_of<NV, MR, AT>(a, lda, bp + j * k, P, c + j, ldc, m, k, alpha, accumulate);",
+           "rows_of<NV, MR, AT>(a, lda, bp + j * k, P, c + j, ldc, m - 1, k, alpha, accumulate);",
+           "the panels-outer loop leaves each product's last row out of its full panels (a tile's last query row, "
+           "a decode step's only row, keeps stale scores)"),
     Mutant("micro-pack-keys-short", SIMD, "for (std::size_t l = jj < jv ? lv : 0; l < d; ++l) panel[l * w + jj] = widen_one(row[l]);",
            "for (std::size_t l = jj < jv ? lv : 0; l + 1 < d; ++l) panel[l * w + jj] = widen_one(row[l]);",
            "packing K drops each key's last component outside the transposed blocks (d % W of them, or an edge key's)"),
