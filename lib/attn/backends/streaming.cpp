@@ -265,13 +265,33 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     return q_buf;
   };
 
+  // A tile that some of the block's rows see only part of (a causal mask's
+  // diagonal, a window's edges) goes in narrower tiles of `narrow` keys (a
+  // quarter of B_k, whole column panels), each with only the rows that see
+  // it: on the diagonal of a causal B_q x B_k block, 5/8 of the tile's work
+  // instead of all of it (docs/performance.md, section 29). A row's result
+  // depends only on its mask and the tile bounds, as before.
+  const std::size_t panel = std::max<std::size_t>(1, attn::simd().panel);
+  const std::size_t narrow = std::max(panel, B_c / 4 / panel * panel);
+  auto seen_in_part = [&](const Block& blk, RowSpan pos, std::size_t j0, std::size_t cols) {
+    for (std::size_t r_ = pos.first; r_ < pos.last; ++r_) {
+      const auto keys = mask.keys(blk.b, blk.i0 + r_);
+      if (keys.begin > j0 || keys.end < j0 + cols) return true;
+    }
+    return false;
+  };
+
   // For each key tile of [j_begin, j_end) some row sees: its scores (soft-cap,
   // ALiBi, mask applied) in S_ij, then visit(j0, cols, rows [first, last)).
   auto each_key_tile = [&](const Block& blk, const Scratch<A>& w, const A* Q_i, std::size_t j_begin, std::size_t j_end,
                            auto&& visit) {
-    for (std::size_t j0 = j_begin; j0 < j_end; j0 += B_c) {
-      const std::size_t cols = std::min(B_c, j_end - j0);
-      const RowSpan pos = rows_seeing(mask, blk.b, blk.i0, blk.positions, j0, cols);
+    for (std::size_t j0 = j_begin, cols = 0; j0 < j_end; j0 += cols) {
+      cols = std::min(B_c, j_end - j0);
+      RowSpan pos = rows_seeing(mask, blk.b, blk.i0, blk.positions, j0, cols);
+      if (cols > narrow && blk.positions > 1 && seen_in_part(blk, pos, j0, cols)) {
+        cols = narrow;
+        pos = rows_seeing(mask, blk.b, blk.i0, blk.positions, j0, cols);
+      }
       if (pos.size() == 0) continue;
       const RowSpan rs{pos.first * g, pos.last * g};
       if (decoding(blk)) {
