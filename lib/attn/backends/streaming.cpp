@@ -52,6 +52,19 @@ struct Tiles {
     if constexpr (micro) detail::tile_gemm_packed(p, cols, v, o, d_v, rows, d_v, cols, 1.0f, true);
     else detail::pv_tile<A>(p, v, o, rows, cols, d_v, true);
   }
+  // o += p v over the first `used` of the `cols` keys load_v packed (p [rows,
+  // used]): the micro-kernel's panels of v hold `cols` rows each, so it
+  // takes them one panel at a time (the backward's narrowed visits).
+  static void pv_prefix(const A* p, const A* v, A* o, std::size_t rows, std::size_t used, std::size_t cols,
+                        std::size_t d_v) {
+    if constexpr (micro) {
+      const std::size_t panel = attn::simd().panel;
+      for (std::size_t c0 = 0; c0 < d_v; c0 += panel)
+        detail::tile_gemm_packed(p, used, v + c0 * cols, o + c0, d_v, rows, std::min(panel, d_v - c0), used, 1.0f, true);
+    } else {
+      detail::pv_tile<A>(p, v, o, rows, used, d_v, true);
+    }
+  }
   // o += p^T v: p [rows, cols] as it is, v as load_v left it (rows rows), o
   // [cols, d_v]. The micro-kernel reads p^T in place; the other tiles
   // multiply a transposed copy in buf (rows x cols).
@@ -594,6 +607,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
   const bool dot16 = T::dot_bf16();
   const std::size_t dp_k = (d_k + 1) / 2, dp_v = (d_v + 1) / 2;  // bf16 pairs a row
   auto words = [](A* p) { return reinterpret_cast<std::uint32_t*>(p); };
+  const std::size_t panel = std::max<std::size_t>(1, attn::simd().panel);
   auto kv_head = [&](std::size_t item, std::size_t worker) {
     const Scratch& w = scratch[worker];
     const std::size_t b = item / sh.kv_head_count(), hk = item % sh.kv_head_count();
@@ -653,42 +667,52 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           if (rs.size() == 0) continue;
           const std::size_t r0 = i0 + rs.first, rows = rs.size();
           const std::size_t row = x * n_q + r0;  // of the head's Q and dO
+          // The tile's keys these rows may see end before key j0 + used (whole
+          // column panels): a causal diagonal's visits multiply only that part
+          // (docs/performance.md, section 29); the keys past it are masked for
+          // every row here (P = dS = 0: they added nothing).
+          std::size_t used = 0;
+          for (std::size_t r_ = r0; r_ < r0 + rows; ++r_) {
+            const std::size_t end = mask.keys(b, r_).end;
+            used = std::max(used, end > j0 ? std::min(cols, end - j0) : 0);
+          }
+          used = std::min(cols, (used + panel - 1) / panel * panel);
 
           // S = scale Q_i K_j^T (+ soft-cap, ALiBi, mask);  P = exp(S - lse_i), 0 on a fully masked row
           // dP = dO_i V_j^T
           if (dot16) {
             if constexpr (T::micro && std::is_same_v<S, bf16>) {
               const SimdKernels& v = attn::simd();
-              v.gemm_bf16(words(w.q_head) + row * dp_k, dp_k, words(w.K_keys), w.P, cols, rows, cols, dp_k, scale, false);
-              v.gemm_bf16(words(w.do_head) + row * dp_v, dp_v, words(w.V_keys), w.dS, cols, rows, cols, dp_v, one, false);
+              v.gemm_bf16(words(w.q_head) + row * dp_k, dp_k, words(w.K_keys), w.P, used, rows, used, dp_k, scale, false);
+              v.gemm_bf16(words(w.do_head) + row * dp_v, dp_v, words(w.V_keys), w.dS, used, rows, used, dp_v, one, false);
             }
           } else {
-            T::scores(Q_h + row * d_k, K_keys, w.P, rows, cols, d_k, scale);
-            T::scores(dO_h + row * d_v, V_keys, w.dS, rows, cols, d_v, one);
+            T::scores(Q_h + row * d_k, K_keys, w.P, rows, used, d_k, scale);
+            T::scores(dO_h + row * d_v, V_keys, w.dS, rows, used, d_v, one);
           }
           // D_i = dO_i . O_i of the rows (every visit the same dot, so the same bits)
           for (std::size_t r_ = 0; r_ < rows; ++r_)
             w.D[r_] = dot_lanes<A>(&d_out(b, h, r0 + r_, 0), &saved.out(b, h, r0 + r_, 0), d_v);
           for (std::size_t r_ = 0; r_ < rows; ++r_) {
             const std::size_t i = r0 + r_;
-            A* p = w.P + r_ * cols;
-            A* ds = w.dS + r_ * cols;
+            A* p = w.P + r_ * used;
+            A* ds = w.dS + r_ * used;
             // the soft-cap's derivative, in T_ij until the transposes need it
-            if (mask.softcap()) softcap_slope(p, w.T_ij + r_ * cols, cols, *mask.softcap());
-            mask_row_if_partial(p, mask, b, h, i, j0, cols);
+            if (mask.softcap()) softcap_slope(p, w.T_ij + r_ * used, used, *mask.softcap());
+            mask_row_if_partial(p, mask, b, h, i, j0, used);
             const A lse = convert<A>(saved.lse(b, h, i));
-            if (lse > minus_inf) exp_shifted_sum(p, cols, lse, /*simd=*/true);
-            else std::fill(p, p + cols, zero);
+            if (lse > minus_inf) exp_shifted_sum(p, used, lse, /*simd=*/true);
+            else std::fill(p, p + used, zero);
             // dS = P o (dP - D_i)
             const A d_i = w.D[r_];
-            for (std::size_t c = 0; c < cols; ++c) ds[c] = p[c] * (ds[c] - d_i);
+            for (std::size_t c = 0; c < used; ++c) ds[c] = p[c] * (ds[c] - d_i);
             if (ds_heads)
-              for (std::size_t c = 0; c < cols; ++c) (*ds_heads)(b, h, i, j0 + c) = convert<double>(ds[c]);
+              for (std::size_t c = 0; c < used; ++c) (*ds_heads)(b, h, i, j0 + c) = convert<double>(ds[c]);
             if (mask.softcap())
-              for (std::size_t c = 0; c < cols; ++c) ds[c] *= w.T_ij[r_ * cols + c];
+              for (std::size_t c = 0; c < used; ++c) ds[c] *= w.T_ij[r_ * used + c];
           }
           // dQ_i += dS' K_j
-          T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, cols, d_k);
+          T::pv_prefix(w.dS, K_vals, dq(x) + r0 * d_k, rows, used, cols, d_k);
           // dV_j += P^T dO_i;  dK_j += dS'^T Q_i. dO_i and Q_i as the B operand from the K/V head's copies in A
           // where they were made (narrow storage widened once per K/V head: the packing copies, converting
           // nothing, and the storage is not read again per key tile; the same values, so the same bits), else
@@ -698,8 +722,8 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
                                    : Wide::load_v(dO_h + row * d_v, rows, d_v, w.dO_vals);
           const A* Q_vals = dot16 ? T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals)
                                   : Wide::load_v(Q_h + row * d_k, rows, d_k, w.Q_vals);
-          T::pv_t(w.P, dO_vals, w.dV_j, rows, cols, d_v, w.T_ij);
-          T::pv_t(w.dS, Q_vals, w.dK_j, rows, cols, d_k, w.T_ij);
+          T::pv_t(w.P, dO_vals, w.dV_j, rows, used, d_v, w.T_ij);
+          T::pv_t(w.dS, Q_vals, w.dK_j, rows, used, d_k, w.T_ij);
         }
       }
       S* dk = &g.dk(b, hk, j0, 0);
