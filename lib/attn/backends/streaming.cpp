@@ -282,10 +282,12 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   // diagonal, a window's edges) goes in narrower tiles of `narrow` keys (a
   // quarter of B_k, whole column panels), each with only the rows that see
   // it: on the diagonal of a causal B_q x B_k block, 5/8 of the tile's work
-  // instead of all of it (docs/performance.md, section 29). A row's result
-  // depends only on its mask and the tile bounds, as before.
+  // instead of all of it (docs/performance.md, section 29). Only where the
+  // quarter holds at least 64 keys: 64-key tiles gained (AVX-512, B_k = 256),
+  // 16-key ones lost 0.88-1.05x (the AVX2 variant's B_k = 96, forced on the
+  // same Xeon). A row's result depends only on its mask and the tile bounds.
   const std::size_t panel = std::max<std::size_t>(1, attn::simd().panel);
-  const std::size_t narrow = std::max(panel, B_c / 4 / panel * panel);
+  const std::size_t narrow = B_c / 4 >= 64 ? B_c / 4 / panel * panel : B_c;
   auto seen_in_part = [&](const Block& blk, RowSpan pos, std::size_t j0, std::size_t cols) {
     for (std::size_t r_ = pos.first; r_ < pos.last; ++r_) {
       const auto keys = mask.keys(blk.b, blk.i0 + r_);
