@@ -413,6 +413,20 @@ Outcome gqa(const Subject& s, std::uint64_t seed) {
   Compare c(o);
   c.pair("grouped (H_kv = 2) vs K/V repeated (H_kv = 4)", in);
   c.rows(s, grouped, 0, 0, multi, 0, 0, N);
+  // A decode step likewise, over 2060 keys: a last tile of 12 keys past a
+  // multiple of 16, so that the decode kernels sum some of its keys with the
+  // other keys of a row group of 2 and alone for a group of 1.
+  const Shape st{1, H, 1, 2060, D, D, H_KV};
+  const auto [step, d_step] = problem(st, seed + 2);
+  Inputs<double> step_repeated{step.q, xt::xtensor<double, 4>::from_shape({1, H, 2060, D}),
+                               xt::xtensor<double, 4>::from_shape({1, H, 2060, D})};
+  for (std::size_t h = 0; h < H; ++h) {
+    xt::view(step_repeated.k, 0, h) = xt::view(step.k, 0, h / (H / H_KV));
+    xt::view(step_repeated.v, 0, h) = xt::view(step.v, 0, h / (H / H_KV));
+  }
+  const Side step_grouped = run(s, step, d_step, Options{}), step_multi = run(s, step_repeated, d_step, Options{});
+  c.pair("a decode step over 2060 keys, grouped vs K/V repeated", step);
+  c.rows(s, step_grouped, 0, 0, step_multi, 0, 0, 1);
   return o;
 }
 
@@ -441,7 +455,9 @@ const std::vector<Invariance>& invariances() {
        "split-KV: 2 positions over 4100 keys in one chunk against the backend's own split count and against 3",
        true, false, key_split},
       {"gqa", "GQA = repeated K/V",
-       "grouped K/V heads against the same heads repeated (backward: dQ)", true, true, gqa},
+       "grouped K/V heads against the same heads repeated, and a decode step over 2060 keys likewise (backward: "
+       "dQ)",
+       true, true, gqa},
   };
   return table;
 }

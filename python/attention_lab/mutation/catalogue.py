@@ -147,6 +147,17 @@ MUTANTS = [
            "rows_of<NV, MR, AT>(a, lda, bp + j * k, P, c + j, ldc, m - 1, k, alpha, accumulate);",
            "the panels-outer loop leaves each product's last row out of its full panels (a tile's last query row, "
            "a decode step's only row, keeps stale scores)"),
+    Mutant("decode-hadd-w-lanes", SIMD, "_mm512_shuffle_ps(u, v, 0xDD)", "_mm512_shuffle_ps(v, u, 0xDD)",
+           "the decode step's batched horizontal sums (AVX-512) add pairs of lanes of different dots: scores of "
+           "other keys mixed in"),
+    Mutant("decode-hadd-w-order", SIMD,
+           "x(2 * k + 1), 0x44),\n                         _mm512_shuffle_f32x4(x(2 * k), x(2 * k + 1), 0xEE)",
+           "x(2 * k + 1), 0x88),\n                         _mm512_shuffle_f32x4(x(2 * k), x(2 * k + 1), 0xDD)",
+           "the decode step's batched horizontal sums (AVX-512) add quarters before halves: every sum is right "
+           "within rounding but not hadd's bits, so a key summed in the network and the same key summed alone "
+           "(a GQA group of 2 against its heads repeated, at a tile's last keys) differ"),
+    Mutant("decode-hadd-w-avx2-lanes", SIMD, "_mm256_shuffle_ps(u, v, 0xDD)", "_mm256_shuffle_ps(v, u, 0xDD)",
+           "the AVX2 variant's batched horizontal sums add pairs of lanes of different dots", simd="avx2"),
     Mutant("micro-pack-keys-short", SIMD, "for (std::size_t l = jj < jv ? lv : 0; l < d; ++l) panel[l * w + jj] = widen_one(row[l]);",
            "for (std::size_t l = jj < jv ? lv : 0; l + 1 < d; ++l) panel[l * w + jj] = widen_one(row[l]);",
            "packing K drops each key's last component outside the transposed blocks (d % W of them, or an edge key's)"),
