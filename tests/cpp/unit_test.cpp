@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <xtensor/xnpy.hpp>
 
 #include "attn/backends/kernels.hpp"
@@ -205,6 +206,52 @@ TEST(VectorExp, WithinTwoUlpOfStdExpOverTheSoftmaxRange) {
   std::printf("vectorised exp: %zu arguments in [-104, 0], worst %.3f ulp at x = %.9g\n", xs.size(), worst_ulp,
               worst_x);
   EXPECT_LE(worst_ulp, 2.0) << "at x = " << worst_x;
+}
+
+// The vector kernel of dot_lanes (simd.hpp dot_lanes_*: the streaming
+// backward's D_i) against its scalar definition, bit for bit, in the variant
+// in use (simd_variants runs this under each one): float, bf16 and fp16
+// operands, every length 0 .. 300 (tails of 0 .. 15 terms after 0 .. 18
+// blocks of 16) and 4099, values spread over 2^-20 .. 2^20 (fp16: 2^-10 .. 2^10) with both signs
+// so that every partial sum rounds. The inputs must tell orders apart: one
+// chain in order (dot_loops) gives other bits at most lengths, or a kernel
+// that summed in another order could pass.
+template <class X>
+void expect_dot_lanes_bitwise(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  const int spread = std::is_same_v<X, fp16> ? 10 : 20;  // fp16's largest finite value is 65504
+  std::uniform_int_distribution<int> octave(-spread, spread);
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 0; n <= 300; ++n) lengths.push_back(n);
+  lengths.push_back(4099);
+  std::size_t order_differs = 0;
+  for (std::size_t n : lengths) {
+    std::vector<X> x(n), y(n);
+    for (std::size_t l = 0; l < n; ++l) {
+      x[l] = convert<X>(std::ldexp(normal(rng), octave(rng)));
+      y[l] = convert<X>(std::ldexp(normal(rng), octave(rng)));
+    }
+    const float want = detail::dot_lanes_scalar<float>(x.data(), y.data(), n);
+    const float got = detail::dot_lanes<float>(x.data(), y.data(), n);
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want))
+        << precision_traits<X>::name << ", n = " << n << ": " << got << " against " << want << " (seed " << seed
+        << ", " << simd_summary() << ")";
+    if (std::bit_cast<std::uint32_t>(detail::dot_loops<float>(x.data(), y.data(), n)) !=
+        std::bit_cast<std::uint32_t>(want))
+      ++order_differs;
+  }
+  std::printf("dot_lanes %s: %zu lengths bitwise equal to the scalar definition (seed %u, %s); one chain in order "
+              "differs at %zu of them\n",
+              std::string(precision_traits<X>::name).c_str(), lengths.size(), seed,
+              std::string(simd_summary()).c_str(), order_differs);
+  EXPECT_GE(order_differs, lengths.size() / 2) << "the inputs do not tell orders of summation apart";
+}
+
+TEST(VectorDotLanes, BitwiseTheScalarDefinition) {
+  expect_dot_lanes_bitwise<float>(20261204);
+  expect_dot_lanes_bitwise<bf16>(20261205);
+  expect_dot_lanes_bitwise<fp16>(20261206);
 }
 
 // The soft-cap's tanh (problem.hpp softcap_row with c = 1, vector kernel and

@@ -188,22 +188,39 @@ A dot_loops(const X* x, const Y* y, std::size_t n) {
 // terms l = k mod dot_lanes_count in order, each product and sum rounded to
 // A), added at the end as a fixed tree: the same bits on every instruction
 // set, and about a tenth of dot_loops' time at d = 128, whose one chain of
-// dependent additions the compiler may not reorder (x86-64's compilers
-// vectorise the 16 lanes; a fixed order, so no SIMD table entry is needed).
-// The streaming backward's D_i = dO_i . O_i, recomputed for each query block
-// a key tile visits instead of kept for all n_q rows.
+// dependent additions the compiler may not reorder. dot_lanes_scalar is the
+// definition; dot_lanes takes the variant's vector kernel for float sums of
+// float, bf16 or fp16 (simd.hpp: dot_lanes_*, the same order, so the same
+// bits; unit_test compares the two in every variant), the definition
+// otherwise. The streaming backward's D_i = dO_i . O_i, recomputed for each
+// query block a key tile visits instead of kept for all n_q rows.
 inline constexpr std::size_t dot_lanes_count = 16;
 template <class A, class X, class Y>
-A dot_lanes(const X* x, const Y* y, std::size_t n) {
+A dot_lanes_product(X x, Y y) {
+  A p = convert<A>(x) * convert<A>(y);
+  if constexpr (std::is_same_v<A, float> || std::is_same_v<A, double>) ATTN_UNFUSED(p);  // rounded before the sum
+  return p;
+}
+template <class A, class X, class Y>
+A dot_lanes_scalar(const X* x, const Y* y, std::size_t n) {
   A part[dot_lanes_count];
   for (auto& p : part) p = convert<A>(0.0);
   std::size_t l = 0;
   for (; l + dot_lanes_count <= n; l += dot_lanes_count)
-    for (std::size_t k = 0; k < dot_lanes_count; ++k) part[k] += convert<A>(x[l + k]) * convert<A>(y[l + k]);
-  for (std::size_t k = 0; l + k < n; ++k) part[k] += convert<A>(x[l + k]) * convert<A>(y[l + k]);
+    for (std::size_t k = 0; k < dot_lanes_count; ++k) part[k] += dot_lanes_product<A>(x[l + k], y[l + k]);
+  for (std::size_t k = 0; l + k < n; ++k) part[k] += dot_lanes_product<A>(x[l + k], y[l + k]);
   for (std::size_t w = dot_lanes_count / 2; w > 0; w /= 2)
     for (std::size_t k = 0; k < w; ++k) part[k] += part[k + w];
   return part[0];
+}
+template <class A, class X, class Y>
+A dot_lanes(const X* x, const Y* y, std::size_t n) {
+  if constexpr (std::is_same_v<A, float> && std::is_same_v<X, Y>) {
+    if constexpr (std::is_same_v<X, float>) return attn::simd().dot_lanes_f32(x, y, n);
+    if constexpr (std::is_same_v<X, bf16>) return attn::simd().dot_lanes_bf16(x, y, n);
+    if constexpr (std::is_same_v<X, fp16>) return attn::simd().dot_lanes_fp16(x, y, n);
+  }
+  return dot_lanes_scalar<A>(x, y, n);
 }
 
 // Finishes the scaled scores s[0, cols) of query i of head h (batch b) for

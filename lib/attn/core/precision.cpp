@@ -2,14 +2,6 @@
 
 namespace attn {
 
-std::uint16_t bf16::from_float(float f) {
-  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
-  // Round to nearest, ties to even: add half an ulp minus one, plus the lsb.
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<std::uint16_t>(u >> 16);
-}
-
 std::uint16_t bf16::from_double(double d) {
   // Round to float with round-to-odd, then to bf16 nearest-even: since float
   // carries 24 >= 8 + 2 significand bits, the two steps round correctly.

@@ -15,6 +15,22 @@
 #include <string_view>
 #include <type_traits>
 
+// ATTN_UNFUSED(x): keeps the compiler from fusing the multiply that produced
+// x (a float or double, or a vector of them in a register) with an add that
+// follows into one FMA. GCC's C++ default (-ffp-contract=fast) fuses a * b + c
+// wherever the target has FMA (the AVX2 and AVX-512 variants; a -Dnative=true
+// build's baseline), which rounds once where an order of operations that
+// says "product rounded, then sum rounded" rounds twice (detail::dot_lanes:
+// the same bits in every variant). An empty asm statement that claims to
+// change x in its register: no instruction.
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define ATTN_UNFUSED(x) asm("" : "+x"(x))
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define ATTN_UNFUSED(x) asm("" : "+w"(x))
+#else
+#define ATTN_UNFUSED(x) ((void)0)
+#endif
+
 namespace attn {
 
 using fp16 = _Float16;
@@ -37,8 +53,16 @@ struct bf16 {
   explicit operator double() const { return static_cast<float>(*this); }
   explicit operator fp16() const { return static_cast<fp16>(static_cast<float>(*this)); }
 
-  // Round a float to bf16, nearest-even; NaN stays NaN (quiet).
-  static std::uint16_t from_float(float f);
+  // Round a float to bf16, nearest-even; NaN stays NaN (quiet). Inline: the
+  // loops that store results in bf16 vectorise it (out of line, a call per
+  // value took 4.5% of the bf16 backward's time, docs/performance.md section 31).
+  static constexpr std::uint16_t from_float(float f) {
+    std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
+    // Round to nearest, ties to even: add half an ulp minus one, plus the lsb.
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<std::uint16_t>(u >> 16);
+  }
   // Round a double to bf16 in one correct rounding (no double rounding).
   static std::uint16_t from_double(double d);
 };

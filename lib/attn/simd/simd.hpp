@@ -94,6 +94,11 @@ struct SimdKernels {
                          float* o) = nullptr;
   void (*decode_pv_fp16)(const float* p, std::size_t rows, const fp16* v, std::size_t cols, std::size_t d_v,
                          float* o) = nullptr;
+  // sum_l x[l] y[l] for l < n, in the order of detail::dot_lanes_scalar
+  // (backends/kernels.hpp): its bits in every variant.
+  float (*dot_lanes_f32)(const float* x, const float* y, std::size_t n) = nullptr;
+  float (*dot_lanes_bf16)(const bf16* x, const bf16* y, std::size_t n) = nullptr;
+  float (*dot_lanes_fp16)(const fp16* x, const fp16* y, std::size_t n) = nullptr;
   // The peak probe's loop: peak_chains independent FMA chains of one vector,
   // `iters` steps each (2 * lanes * peak_chains * iters FLOPs); returns a
   // value that depends on every chain, so nothing is optimised away.

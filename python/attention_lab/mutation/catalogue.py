@@ -158,6 +158,13 @@ MUTANTS = [
            "(a GQA group of 2 against its heads repeated, at a tile's last keys) differ"),
     Mutant("decode-hadd-w-avx2-lanes", SIMD, "_mm256_shuffle_ps(u, v, 0xDD)", "_mm256_shuffle_ps(v, u, 0xDD)",
            "the AVX2 variant's batched horizontal sums add pairs of lanes of different dots", simd="avx2"),
+    Mutant("dot-lanes-fused", SIMD, "ATTN_UNFUSED(product);  // rounded before the sum, as in the scalar definition",
+           "", "the vector dot_lanes (the backward's D_i) lets the compiler fuse product and sum into one FMA: right "
+           "within rounding, but not the scalar definition's bits on a CPU with FMA"),
+    Mutant("dot-lanes-tail-short", SIMD, "for (std::size_t k = 0; l + k < n; ++k) {\n    float product",
+           "for (std::size_t k = 0; l + k + 1 < n; ++k) {\n    float product",
+           "the vector dot_lanes drops the last term of a length not a multiple of 16: D_i = dO_i . O_i misses "
+           "one product when d_v % 16 != 0"),
     Mutant("micro-pack-keys-short", SIMD, "for (std::size_t l = jj < jv ? lv : 0; l < d; ++l) panel[l * w + jj] = widen_one(row[l]);",
            "for (std::size_t l = jj < jv ? lv : 0; l + 1 < d; ++l) panel[l * w + jj] = widen_one(row[l]);",
            "packing K drops each key's last component outside the transposed blocks (d % W of them, or an edge key's)"),
