@@ -383,6 +383,21 @@ class ReportTest(unittest.TestCase):
             self.assertEqual("**The host's speed changed during the run** (fp32 FMA, one thread moved by more than 5%)"
                              in text, flagged)
 
+    def test_a_quick_peak_is_named_in_the_header(self):
+        # attn-lab peak --quick (the smoke sweeps'): "quick": true in peak.json; the index's line on the peak says it
+        with open(os.path.join(self.data, "peak.json")) as f:
+            peak = json.load(f)
+        for quick in (False, True):
+            peak["quick"] = quick
+            with open(os.path.join(self.data, "peak.json"), "w") as f:
+                json.dump(peak, f)
+            final, _ = report.make_report(self.data, self.out, "test", stamp=f"quick{quick}")
+            with open(os.path.join(final, "index.md")) as f:
+                line = next(l for l in f if l.startswith("- Measured peak"))
+            self.assertEqual(line.startswith("- Measured peak (attn-lab peak --quick: each GEMM probe timed once, "
+                                             "this run): fp32 FMA 100.0"), quick, line)
+            self.assertEqual(line.startswith("- Measured peak (attn-lab peak, this run): fp32 FMA 100.0"), not quick, line)
+
     def test_variants_costs_and_decode_bandwidth(self):
         # attn_var: soft-cap's median call 1.5x plain's, GQA 0.25x MHA's, soft-cap's error above its bound;
         # attn_decode: 1 GB of K/V in 0.1 s = 10 GB/s against a read peak of 20 (50%), and 40 GB/s at a

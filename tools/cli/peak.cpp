@@ -10,7 +10,7 @@ namespace {
 
 int run(const Args& args) {
   refuse_overwrite(args, {"--out"});
-  const MachinePeak p = measure_peak();
+  const MachinePeak p = measure_peak(args.flag("--quick") ? PeakEffort::quick : PeakEffort::full);
   if (args.has("--out")) write_file_atomic(args.str("--out"), dump(to_json(p)) + "\n");
   if (args.flag("--json")) {
     print_json(to_json(p));
@@ -44,23 +44,26 @@ int run(const Args& args) {
 
 extern const Command peak_command = {
     "peak",
-    "  attn-lab peak [--json] [--out FILE]\n"
+    "  attn-lab peak [--json] [--out FILE] [--quick]\n"
     "                             this machine's measured peaks (about half a minute)\n",
-    R"(attn-lab peak [--json] [--out FILE]: this machine's measured peaks: FMA GFLOP/s (fp32,
+    R"(attn-lab peak [--json] [--out FILE] [--quick]: this machine's measured peaks: FMA GFLOP/s (fp32,
 fp64) for one thread and all, the bf16 dot product's where the CPU has AVX512_BF16 (null in the
 JSON where not; bf16_dot_in_use: whether the kernels in use multiply bf16 with it), AVX512_FP16's FMA on
 one core where the CPU has it (fp16 accumulation: no kernel uses it; null where not), single-thread BLAS GEMM at n = 1024 and 2048, the two GEMMs of
 one attention head at n = 4096 (d = 64, 128), stream triad bandwidth, read bandwidth (a sum over
 256 MiB per thread, prefetched 4 KiB ahead as the decode kernels prefetch: the ceiling of a decode step reading
-its KV cache). Takes about half a minute.
+its KV cache). Takes up to half a minute (12-16 s on a 2-core Xeon whose OpenBLAS ran its Prescott kernel;
+--quick 5 s there).
   --json        one line of JSON on stdout
   --out FILE    the same JSON written to FILE (atomically; --force replaces an existing file)
+  --quick       each GEMM probe timed once instead of the best of three after a warm-up (the
+                smoke sweeps' peak; "quick": true in the JSON)
 
 examples:
   attn-lab peak --json
 )",
     {"--out"},
-    {"--json", "--force"},
+    {"--json", "--force", "--quick"},
     run};
 
 }  // namespace attn::cli

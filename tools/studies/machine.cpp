@@ -124,27 +124,39 @@ std::optional<double> bf16_dot_gflops_all(unsigned cores) {
   return sum;
 }
 
+// How a GEMM probe is timed: full, a warm-up call (OpenBLAS's buffers, caches) then the best of three; quick
+// (PeakEffort::quick), one call, warmed by the probes before it (every array is written, so first-touched,
+// before its timed call; the first probe keeps its warm-up: without it SGEMM at n = 1024 read 18-26 GFLOP/s
+// against 24-32 of the full probe in the same minutes, OpenBLAS's buffers first touched inside the call). With OpenBLAS's Prescott kernel the six GEMM probes were 10 of the peak's 14 s, most
+// of it DGEMM at n = 2048 (1.3 s a call).
+struct GemmTiming {
+  bool warm_up;
+  int reps;
+};
+GemmTiming gemm_timing(PeakEffort effort) { return effort == PeakEffort::full ? GemmTiming{true, 3} : GemmTiming{false, 1}; }
+
 template <class T>
-double gemm_gflops(std::size_t n) {
+double gemm_gflops(std::size_t n, GemmTiming t) {
   xt::xtensor<T, 2> a = xt::xtensor<T, 2>::from_shape({n, n}), b = a, c = a;
   for (std::size_t i = 0; i < a.size(); ++i) a.data()[i] = b.data()[i] = T(1) / T(1 + i % 7);
   c.fill(0);
-  xt::blas::gemm(a, b, c);  // warm-up: first touch, OpenBLAS buffers
-  const double s = best_seconds(3, [&] { xt::blas::gemm(a, b, c); });
+  if (t.warm_up) xt::blas::gemm(a, b, c);
+  const double s = best_seconds(t.reps, [&] { xt::blas::gemm(a, b, c); });
   return 2.0 * double(n) * double(n) * double(n) / s / 1e9;
 }
 
 // S = Q K^T [n, n] then O = S V [n, d], as the math backend calls them.
-double attention_gemm_gflops(std::size_t n, std::size_t d) {
+double attention_gemm_gflops(std::size_t n, std::size_t d, GemmTiming t) {
   xt::xtensor<float, 2> q = xt::xtensor<float, 2>::from_shape({n, d}), k = q, v = q, o = q;
   xt::xtensor<float, 2> s = xt::xtensor<float, 2>::from_shape({n, n});
   for (std::size_t i = 0; i < q.size(); ++i) q.data()[i] = k.data()[i] = v.data()[i] = 1.0f / float(1 + i % 7);
+  s.fill(0);
   auto pair = [&] {
     xt::blas::gemm(q, k, s, false, true);
     xt::blas::gemm(s, v, o);
   };
-  pair();  // warm-up: first touch
-  const double secs = best_seconds(3, pair);
+  if (t.warm_up) pair();
+  const double secs = best_seconds(t.reps, pair);
   return 4.0 * double(n) * double(n) * double(d) / secs / 1e9;
 }
 
@@ -209,8 +221,10 @@ std::string cpuinfo(const std::string& key) {
 
 double fp32_fma_gflops_core() { return fma_gflops_one_thread<float>(); }
 
-MachinePeak measure_peak() {
+MachinePeak measure_peak(PeakEffort effort) {
   MachinePeak p;
+  p.quick = effort == PeakEffort::quick;
+  const GemmTiming t = gemm_timing(effort);
   p.cores = std::max(1u, std::thread::hardware_concurrency());
   p.simd = simd_summary();
   p.fma_chains = simd().peak_chains;
@@ -226,12 +240,12 @@ MachinePeak measure_peak() {
   p.fp16_fma_gflops_core = fp16_fma_gflops_one_thread();
   {  // OpenBLAS's GEMM rates on one thread
     const ScopedBlasThreads one_thread(true, 1);
-    p.sgemm_gflops_1024 = gemm_gflops<float>(1024);
-    p.sgemm_gflops_2048 = gemm_gflops<float>(2048);
-    p.dgemm_gflops_1024 = gemm_gflops<double>(1024);
-    p.dgemm_gflops_2048 = gemm_gflops<double>(2048);
-    p.sgemm_attention_gflops_d64 = attention_gemm_gflops(4096, 64);
-    p.sgemm_attention_gflops_d128 = attention_gemm_gflops(4096, 128);
+    p.sgemm_gflops_1024 = gemm_gflops<float>(1024, {true, t.reps});  // the first: warmed up in either effort
+    p.sgemm_gflops_2048 = gemm_gflops<float>(2048, t);
+    p.dgemm_gflops_1024 = gemm_gflops<double>(1024, t);
+    p.dgemm_gflops_2048 = gemm_gflops<double>(2048, t);
+    p.sgemm_attention_gflops_d64 = attention_gemm_gflops(4096, 64, t);
+    p.sgemm_attention_gflops_d128 = attention_gemm_gflops(4096, 128, t);
   }
   p.triad_gbs_core = triad_gbs(1);
   p.triad_gbs_all = triad_gbs(p.cores);
@@ -266,6 +280,7 @@ Json to_json(const MachinePeak& p) {
           {"simd", p.simd},
           {"fma_chains", p.fma_chains},
           {"blas", p.blas},
+          {"quick", p.quick},
           {"fp32_fma_gflops_core", p.fp32_fma_gflops_core},
           {"fp32_fma_gflops_all", p.fp32_fma_gflops_all},
           {"fp64_fma_gflops_core", p.fp64_fma_gflops_core},

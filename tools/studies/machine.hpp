@@ -36,13 +36,19 @@ struct MachinePeak {
   std::string blas;  // blas_info()
   std::string cpu;   // model name from /proc/cpuinfo
   std::string cpu_flags;  // its feature flags
+  bool quick = false;     // measured with PeakEffort::quick
 };
+
+// How thoroughly measure_peak times its GEMM probes: full (a warm-up call, then the best of three) or quick
+// (one call each, 4.6 s instead of 12-14 on a Xeon whose OpenBLAS ran its Prescott kernel: the smoke sweeps',
+// whose figures are not for quoting). The FMA and bandwidth probes are the same in both.
+enum class PeakEffort { full, quick };
 
 // The fp32 FMA probe of MachinePeak::fp32_fma_gflops_core alone (the kernels in use, one thread, best of
 // five runs of about 2 ms each): attn-bench times it before each sample of a point whose partner is the peak.
 double fp32_fma_gflops_core();
 // Takes a few seconds: best of several repetitions of each probe.
-MachinePeak measure_peak();
+MachinePeak measure_peak(PeakEffort effort = PeakEffort::full);
 Json to_json(const MachinePeak& p);
 // Rates measured above the FMA peak they must stay under (a GEMM faster than
 // the peak means the probe, not the GEMM, is wrong): one line each.

@@ -90,7 +90,8 @@ def index_report(peak, build, bench, command, stamp, readings, previous=None, sw
              f"- CPU: {peak.get('cpu')} ({peak.get('cores')} hardware threads); vector kernels (every backend and "
              f"the FMA probe): {ctx.get('simd', peak.get('simd'))}",
              f"- CPU flags: {peak.get('cpu_flags', 'not recorded')}",
-             f"- Measured peak (attn-lab peak, this run): fp32 FMA {peak['fp32_fma_gflops_core']:.1f} GFLOP/s one "
+             f"- Measured peak (attn-lab peak{' --quick: each GEMM probe timed once' if peak.get('quick') else ''}, "
+             f"this run): fp32 FMA {peak['fp32_fma_gflops_core']:.1f} GFLOP/s one "
              f"thread, {peak['fp32_fma_gflops_all']:.1f} all; fp64 {peak['fp64_fma_gflops_core']:.1f} / "
              f"{peak['fp64_fma_gflops_all']:.1f}; "
              + (f"bf16 dot product (AVX512_BF16) {peak['bf16_dot_gflops_core']:.1f} / {peak['bf16_dot_gflops_all']:.1f}"
