@@ -536,13 +536,25 @@ def verify(kernel: Union[Callable[..., Any], str], *, profile: str = "smoke", ou
     replaced only with force=True. Progress goes to stderr unless quiet.
 
     Runs attn-lab: the checkout's build, or the one `pip install .` installs into the environment's bin/.
+    A temporary folder made for a call that fails (bad input: ValueError, TypeError) is removed.
     """
-    import subprocess
     import tempfile
     if profile not in ("smoke", "quick", "full"):
         raise ValueError(f"profile {profile!r} is not one of smoke, quick, full")
     tool = _attn_lab()
     folder = os.path.abspath(os.fspath(out)) if out is not None else tempfile.mkdtemp(prefix="attn-verify-")
+    try:
+        return _verify_into(folder, tool, kernel, profile, force, quiet)
+    except BaseException:
+        if out is None:  # the temporary folder made for this call: nothing in it for the caller to read
+            import shutil
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _verify_into(folder, tool, kernel, profile, force, quiet):
+    """verify's run of attn-lab verify into `folder`."""
+    import subprocess
     env = _bridge_env(dict(os.environ))
     env.setdefault("ATTN_PYTHON", sys.executable)  # the bridge's interpreter in attn-lab's workers: this one
     replayable = True

@@ -16,6 +16,7 @@
 import doctest
 import glob
 import os
+import shutil
 import subprocess
 import tempfile
 
@@ -43,6 +44,8 @@ def test_api():
     import attention_lab as al
     from attention_lab import api
     print(f"seed {SEED}")
+    # verify's default folders (new temporary ones, kept for the caller to read) go here, removed at the end
+    scratch = tempfile.tempdir = tempfile.mkdtemp(prefix="attn-api-test-")
     import pkgutil
     clash = set(al._API) & {m.name for m in pkgutil.iter_modules(al.__path__)}
     record(not clash and all(callable(getattr(al, n)) for n in al._API),
@@ -231,8 +234,13 @@ def test_api():
            f"verify's invariance cells: the right kernel's threads cell {bits_threads} and batch cell {right_batch}; "
            f"the batch- and thread-dependent one's batch {bad_batch}, threads "
            f"{bad_threads}, run to run {bad_runs}, failed properties {sorted(failed)}")
+    kept = sorted(os.listdir(scratch))
     ok, message = raises(lambda: al.verify("nope", quiet=True), ValueError, "unknown backend", "nope")
-    record(ok, f"verify of an unknown backend: {message}")
+    record(ok and sorted(os.listdir(scratch)) == kept, f"verify of an unknown backend: {message}; its temporary "
+           f"folder removed ({len(kept)} before, {len(os.listdir(scratch))} after)")
+    record(os.path.dirname(report_right.folder) == scratch and
+           os.path.isfile(os.path.join(report_right.folder, "verdict.json")),
+           f"verify's default folder, a new temporary one, kept with its verdict: {report_right.folder}")
 
     # A Python kernel loaded into this process (the bridge uses the running interpreter): attend and check.
     torch_math = al.load_plugin("python:attention_lab.peers:torch_math")[0]
@@ -295,4 +303,6 @@ def test_api():
         failures, tried = doctest.testfile(os.path.join(SOURCE, doc), module_relative=False, verbose=False,
                                            optionflags=doctest.ELLIPSIS)
         record(tried > 0 and failures == 0, f"{doc}'s Python lines: {tried} tried, {failures} failed")
+    tempfile.tempdir = None
+    shutil.rmtree(scratch)
     CHECKS.finish()

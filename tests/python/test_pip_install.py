@@ -43,7 +43,8 @@ def test_pip_install():
         seconds = time.time() - t0
         print(f"pip install . took {seconds:.1f} s")
         record(p.returncode == 0, f"pip install .: exit {p.returncode} {p.stderr[-800:]}")
-        u = subprocess.run([python, "-c", USE.format(source=SOURCE)], cwd=work, env=env, capture_output=True,
+        u = subprocess.run([python, "-c", USE.format(source=SOURCE)], cwd=work, env={**env, "TMPDIR": work},
+                           capture_output=True,
                            text=True, timeout=300)
         print(u.stdout.strip())
         lines = u.stdout.strip().splitlines() or [""]
