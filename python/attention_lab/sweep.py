@@ -47,6 +47,7 @@ import math
 import re
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -622,6 +623,14 @@ def cmd_shard(args):
               "estimated_seconds": line["estimated_seconds"]}
     start = time.monotonic()
     data = tempfile.mkdtemp(prefix=f"attn-shard-{i}-")
+
+    def removed_on_terminate(signum, _frame):
+        # scancel or a time limit (SIGTERM, which no `finally` sees): the scratch folder goes, then the default
+        # action, so the shard stays without a result (the merge names it missing) as before
+        shutil.rmtree(data, ignore_errors=True)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    signal.signal(signal.SIGTERM, removed_on_terminate)
     global PROGRESS
     try:
         estimates = {(it["kind"], it["key"]): it["seconds"] for it in items(line["profile"], line["plugins"])}

@@ -127,6 +127,10 @@ def check_slurm(work, bench_names):
     with local_cluster.LocalCluster() as c:
         pids = [p.pid for _, p in c.procs]
         cluster_dir = c.dir
+        # the shards' scratch folders (tempfile, under TMPDIR, which sbatch passes on to the jobs)
+        scratch = os.path.join(work, "slurm-tmp")
+        os.makedirs(scratch)
+        c.env["TMPDIR"] = scratch
         # 2. One shard killed while it runs.
         t0 = time.monotonic()
         array, merge = submit(c, out)
@@ -159,6 +163,8 @@ def check_slurm(work, bench_names):
                       "the incomplete sweep's accuracy holds exactly the problems of the shards that completed")
         log = open(os.path.join(out, "slurm", "logs", "shard-1.err")).read()
         checks.record("[shard 1/4 step" in log and "complete in" not in log, "shard 1 was killed while running")
+        left = [f for f in os.listdir(scratch) if f.startswith("attn-shard-")]
+        checks.record(not left, f"every shard's scratch folder removed, the killed one's too: {left}")
         got = records(out)
         checks.record(sorted(got) == [0, 2, 3] and all(r["status"] == "complete" for r in got.values()),
                       f"shards 0, 2, 3 complete, no result for 1 ({sorted(got)})")
