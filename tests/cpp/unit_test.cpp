@@ -208,6 +208,43 @@ TEST(VectorExp, WithinTwoUlpOfStdExpOverTheSoftmaxRange) {
   EXPECT_LE(worst_ulp, 2.0) << "at x = " << worst_x;
 }
 
+// Which exp a score gets does not depend on how far its row goes on past its
+// own vector: a value in one of a row's first floor(n / W) full vectors gets
+// the vector exp (std::exp only the tail's), so scores in the same vectors
+// give the same bits in a row of any length. Bit for bit, in the variant in
+// use: the row cut at every length 1 .. 64 W against the row whole (64 W +
+// 3), fp32 and fp64, scores in [-30, 0]; the inputs must hold values whose
+// two exps differ in their bits (else the check could not see a value take
+// the other path). A last full vector sent to the scalar tail (the mutant
+// exp-simd-edge) changes bits that every tolerance accepts; the full
+// mutation run of 2026-12-04 found no other stage that saw it (the run of
+// 2026-12-03 on another CPU had, through GQA's bitwise invariance).
+TEST(VectorExp, AScoresExpDoesNotDependOnTheRowBeyondItsVector) {
+  auto check = [](auto zero, std::size_t w) {
+    using T = decltype(zero);
+    std::mt19937_64 rng(20261204);
+    std::uniform_real_distribution<double> u(-30.0, 0.0);
+    const std::size_t whole = 64 * w + 3;
+    std::vector<T> xs(whole);
+    for (T& x : xs) x = T(u(rng));
+    std::vector<T> all = xs;
+    detail::exp_shifted_sum(all.data(), whole, T(0), /*simd=*/true);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < 64 * w; ++i) differ += all[i] != std::exp(xs[i]);
+    std::printf("exp, %zu-byte values, %zu lanes: %zu of %zu vector exps differ from std::exp's bits\n", sizeof(T), w,
+                differ, 64 * w);
+    ASSERT_GT(differ, 0u) << "inputs whose vector and scalar exps agree cannot tell the two paths apart";
+    for (std::size_t n = 1; n <= 64 * w; ++n) {
+      std::vector<T> cut(xs.begin(), xs.begin() + std::ptrdiff_t(n));
+      detail::exp_shifted_sum(cut.data(), n, T(0), /*simd=*/true);
+      for (std::size_t i = 0; i < n / w * w; ++i)
+        ASSERT_EQ(cut[i], all[i]) << "row of " << n << ": value " << i << ", in a full vector, took another exp";
+    }
+  };
+  check(0.0f, simd().lanes_f32());
+  check(0.0, simd().lanes_f64());
+}
+
 // The vector kernel of dot_lanes (simd.hpp dot_lanes_*: the streaming
 // backward's D_i) against its scalar definition, bit for bit, in the variant
 // in use (simd_variants runs this under each one): float, bf16 and fp16
