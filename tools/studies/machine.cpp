@@ -127,13 +127,16 @@ std::optional<double> bf16_dot_gflops_all(unsigned cores) {
 // How a GEMM probe is timed: full, a warm-up call (OpenBLAS's buffers, caches) then the best of three; quick
 // (PeakEffort::quick), one call, warmed by the probes before it (every array is written, so first-touched,
 // before its timed call; the first probe keeps its warm-up: without it SGEMM at n = 1024 read 18-26 GFLOP/s
-// against 24-32 of the full probe in the same minutes, OpenBLAS's buffers first touched inside the call). With OpenBLAS's Prescott kernel the six GEMM probes were 10 of the peak's 14 s, most
-// of it DGEMM at n = 2048 (1.3 s a call).
+// against 24-32 of the full probe in the same minutes, OpenBLAS's buffers first touched inside the call).
+// With OpenBLAS's Prescott kernel the six GEMM probes were 10 of the peak's 14 s, most of it DGEMM at
+// n = 2048 (1.3 s a call).
 struct GemmTiming {
   bool warm_up;
   int reps;
 };
-GemmTiming gemm_timing(PeakEffort effort) { return effort == PeakEffort::full ? GemmTiming{true, 3} : GemmTiming{false, 1}; }
+GemmTiming gemm_timing(PeakEffort effort) {
+  return effort == PeakEffort::full ? GemmTiming{true, 3} : GemmTiming{false, 1};
+}
 
 template <class T>
 double gemm_gflops(std::size_t n, GemmTiming t) {
