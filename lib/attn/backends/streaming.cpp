@@ -92,7 +92,9 @@ struct Tiles {
 
   // A block of one query position (a decode step: its stacked heads' rows)
   // with fp32 accumulation of fp32, bf16 or fp16 storage reads K and V in
-  // place (simd.hpp's decode kernels): no packing, each key read once.
+  // place (simd.hpp's decode kernels): no packing, each key read once; with
+  // the bf16 dot products (dot_bf16), Q and P~ as pairs and K and V's rows
+  // as stored (decode_scores_pairs, decode_pv_pairs): the same arithmetic.
   static constexpr bool decode_capable =
       micro && (std::is_same_v<S, float> || std::is_same_v<S, bf16> || std::is_same_v<S, fp16>);
   static void decode_scores(const A* q, std::size_t rows, const S* k, std::size_t cols, std::size_t d_k, A scale, A* s,
@@ -263,7 +265,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 
   // The block's rows of Q in A: the input itself when it is one head's rows in A.
   auto load_q = [&](const Block& blk, A* q_buf) -> const A* {
-    if (dot16 && !decoding(blk)) {  // rows of d_k bf16 values as dp pairs, 0 past d_k (a decode step reads fp32)
+    if (dot16) {  // rows of d_k bf16 values as dp pairs, 0 past d_k
       if constexpr (T::micro && std::is_same_v<S, bf16>)
         for (std::size_t r_ = 0; r_ < blk.positions * g; ++r_)
           bf16_as_pairs(&in.q(blk.b, head_of(blk, r_), query_of(blk, r_), 0), 1, d_k, words(q_buf) + r_ * dp);
@@ -309,7 +311,12 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       }
       if (pos.size() == 0) continue;
       const RowSpan rs{pos.first * g, pos.last * g};
-      if (decoding(blk)) {
+      if (decoding(blk) && dot16) {  // K read in place as pairs (simd.hpp's decode_scores_pairs)
+        if constexpr (T::micro && std::is_same_v<S, bf16>)
+          attn::simd().decode_scores_pairs(reinterpret_cast<const std::uint32_t*>(Q_i) + rs.first * dp, rs.size(),
+                                           &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale, w.S_ij + rs.first * cols,
+                                           &in.v(blk.b, blk.hk, j0, 0), d_v);
+      } else if (decoding(blk)) {
         if constexpr (T::decode_capable)
           T::decode_scores(Q_i + rs.first * d_k, rs.size(), &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale,
                            w.S_ij + rs.first * cols, &in.v(blk.b, blk.hk, j0, 0), d_v);
@@ -360,14 +367,13 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         const A m_new = std::max(m_i[r_], row_max(s, cols));
         if (!(m_new > minus_inf)) {  // every key so far masked: nothing to add (and no NaN)
           std::fill(s, s + cols, zero);
-          if (dot16 && !decoding(blk)) std::fill_n(p_pairs + r_ * ((cols + 1) / 2), (cols + 1) / 2, 0u);
+          if (dot16) std::fill_n(p_pairs + r_ * ((cols + 1) / 2), (cols + 1) / 2, 0u);
           continue;
         }
         // (bf16 dot products: P~ rounded to bf16 pairs in the same pass, for gemm_bf16)
         A row_sum;
         if constexpr (T::micro && std::is_same_v<S, bf16>)
-          row_sum = dot16 && !decoding(blk)
-                        ? attn::simd().exp_pairs_bf16(s, cols, m_new, p_pairs + r_ * ((cols + 1) / 2))
+          row_sum = dot16 ? attn::simd().exp_pairs_bf16(s, cols, m_new, p_pairs + r_ * ((cols + 1) / 2))
                         : exp_shifted_sum(s, cols, m_new, /*simd=*/true);
         else
           row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);
@@ -393,7 +399,11 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         }
       }
       // O_i += P~_ij V_j
-      if (decoding(blk)) {
+      if (decoding(blk) && dot16) {  // P~ as bf16 pairs, V read in place (simd.hpp's decode_pv_pairs)
+        if constexpr (T::micro && std::is_same_v<S, bf16>)
+          attn::simd().decode_pv_pairs(p_pairs + rs.first * ((cols + 1) / 2), rs.size(), &in.v(blk.b, blk.hk, j0, 0),
+                                       cols, d_v, O_i + rs.first * d_v);
+      } else if (decoding(blk)) {
         if constexpr (T::decode_capable)
           T::decode_pv(S_ij + rs.first * cols, rs.size(), &in.v(blk.b, blk.hk, j0, 0), cols, d_v, O_i + rs.first * d_v);
       } else if (dot16) {  // P~ as bf16 pairs (exp_pairs_bf16 above), bf16 dot products with V's pairs

@@ -128,6 +128,14 @@ struct SimdKernels {
   float (*exp_pairs_bf16)(float* s, std::size_t n, float m, std::uint32_t* out) = nullptr;
   void (*gemm_bf16)(const std::uint32_t* a, std::size_t lda, const std::uint32_t* bp, float* c, std::size_t ldc,
                     std::size_t m, std::size_t n, std::size_t kp, float alpha, bool accumulate) = nullptr;
+  // A decode step's kernels (decode_scores_*, decode_pv_*) with these dot
+  // products on K and V read in place: q [rows, ceil(d/2)] and p [rows,
+  // ceil(cols/2)] as pairs; each s and o element one chain over the pairs in
+  // order (the lanes of the scores' chains summed in decode_scores's order)
+  void (*decode_scores_pairs)(const std::uint32_t* q, std::size_t rows, const bf16* k, std::size_t cols,
+                              std::size_t d, float scale, float* s, const bf16* v, std::size_t d_v) = nullptr;
+  void (*decode_pv_pairs)(const std::uint32_t* p, std::size_t rows, const bf16* v, std::size_t cols,
+                          std::size_t d_v, float* o) = nullptr;
   // fma_chains_f32's probe with vdpbf16ps (the avx512bf16 variant; null in
   // the others): peak_chains chains, each step adding the products of two
   // bf16 pairs per fp32 lane (4 * lanes * peak_chains * iters FLOPs).
