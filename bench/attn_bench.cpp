@@ -189,6 +189,10 @@ struct Point {
     // as the time it would take for this point's FLOPs at the rate it measured, so that the pairs' ratio (the
     // partner's time over the point's) is the point's fraction of the peak measured beside each sample.
     bool peak = false;
+    // No call: the read probe of `attn-lab peak` (read_gbs_core or read_gbs_all: read_gbs_probe on the point's
+    // threads, about 70 ms), recorded as the time K and V's bytes would take at the rate it measured, so that
+    // the pairs' ratio is a decode step's fraction of the read bandwidth measured beside each sample.
+    bool read = false;
     std::string precision = {};  // another storage ("": the same)
     int causal = -1;        // another mask (-1: the same)
     int threads = 0;        // another thread count (0: the same)
@@ -237,6 +241,11 @@ double pass_flops(const Shape& s, bool causal, Pass pass) {
   return pass == Pass::forward    ? flops(s, causal)
          : pass == Pass::backward ? backward_flops(s, causal)
                                   : flops(s, causal) + backward_flops(s, causal);
+}
+
+// The bytes of K and V (a decode step reads each once: its floor of memory traffic).
+double kv_bytes(const Shape& s, const PrecisionInfo& p) {
+  return double(s.batch * s.kv_head_count() * s.n_kv * (s.d_k + s.d_v) * p.bytes);
 }
 
 // A series of benchmarks: one row of the table below.
@@ -394,7 +403,11 @@ const std::vector<Series>& series() {
          const std::size_t d = prof.decode_n_kv.size() > 1 ? 128 : 32;
          for (std::size_t n_kv : prof.decode_n_kv)
            for (int threads : {1, 2})
-             if (threads == 1 || t.own_threads) pts.push_back({{1, 32, 1, n_kv, d, d, 8}, false, threads, true, "decode", 8192});
+             if (threads == 1 || t.own_threads) {
+               pts.push_back({{1, 32, 1, n_kv, d, d, 8}, false, threads, true, "decode", 8192});
+               // the longest KV cache (the decode targets'): the read probe before each sample
+               if (n_kv == prof.decode_n_kv.back()) pts.back().partner = Point::Partner{.read = true};
+             }
          return pts;
        }},
       {"attn_noisy", "noisy-neighbour",
@@ -862,7 +875,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   // and warmed; before each sample one call of it (without --adaptive there are no samples to alternate with:
   // this point alone, as in attn_h8).
   const bool paired = pt.partner && sampling.adaptive();
-  const bool peak_partner = paired && pt.partner->peak;
+  const bool peak_partner = paired && (pt.partner->peak || pt.partner->read);
   std::unique_ptr<Prepared> partner;
   Point partner_pt;
   if (paired && !peak_partner) {
@@ -893,6 +906,8 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
       neighbour.reset();
       time_before(one_call);
       neighbour.emplace();
+    } else if (peak_partner && pt.partner->read) {  // the time the probe's rate would take for K and V's bytes
+      before.push_back(kv_bytes(pt.shape, p) / (read_gbs_probe(unsigned(pt.threads)) * 1e9));
     } else if (peak_partner) {  // the time the probe's rate would take for the point's FLOPs
       before.push_back(pass_flops(pt.shape, pt.causal, pass) / (fp32_fma_gflops_core() * 1e9));
     } else if (paired) {
@@ -944,8 +959,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   state.counters["FLOP/s"] = call_flops * calls / wall;
   state.counters["qkvo_bytes/s"] = double(tensor_bytes(shape, p)) * calls / wall;
   // K and V read once (a decode step's floor of memory traffic)
-  state.counters["kv_bytes/s"] =
-      double(shape.batch * shape.kv_head_count() * shape.n_kv * (shape.d_k + shape.d_v) * p.bytes) * calls / wall;
+  state.counters["kv_bytes/s"] = kv_bytes(shape, p) * calls / wall;
   // A plugin's memory is its own allocator's (the heap counter does not see
   // it): no memory counters for it rather than a zero that reads as measured.
   if (!b.traits.plugin) {
@@ -1011,12 +1025,16 @@ std::string_view pass_name(Pass pass) {
 // attn_bwd_paired, "" elsewhere.
 // "partner" (null where none) is what the call before each sample times (Point::partner): its backend, storage,
 // causal and threads (added within schema 2: a reader that does not know it reads the rest as before); backend
-// "fp32-fma-peak" where it is the FMA probe (Point::Partner::peak), its samples the probe's time for the point's FLOPs.
+// "fp32-fma-peak" where it is the FMA probe (Point::Partner::peak), its samples the probe's time for the point's FLOPs;
+// "read-probe" where it is the read probe (Point::Partner::read, the point's storage and threads), its samples the
+// probe's time for K and V's bytes.
 constexpr int schema_version = 2;
 Json partner_fields(const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
   if (!pt.partner) return nullptr;
   const Point q = partner_point(pt);
   if (pt.partner->peak) return {{"backend", "fp32-fma-peak"}, {"storage", "fp32"}, {"causal", false}, {"threads", 1}};
+  if (pt.partner->read)
+    return {{"backend", "read-probe"}, {"storage", p.name}, {"causal", false}, {"threads", pt.threads}};
   return {{"backend", pt.partner->fused ? fused_backend().name : b.name},
           {"storage", pt.partner->precision.empty() ? p.name : pt.partner->precision},
           {"causal", q.causal},
@@ -1046,7 +1064,7 @@ Json plan_entry(const std::string& name, const Json& fields, const BackendInfo& 
   if (pass != Pass::forward) checked.heads = 1, checked.n_q = checked.n_kv = std::min<std::size_t>(s.n_q, 1024);
   // A partner's calls (one per sample) about double the timed work, and its verification the check's; the
   // peak's probe (about 10 ms a sample) neither.
-  const double partners = pt.partner && !pt.partner->peak ? 1 : 0;
+  const double partners = pt.partner && !pt.partner->peak && !pt.partner->read ? 1 : 0;
   const bool partner_causal = pt.partner ? partner_point(pt).causal : false;
   return {{"name", name},
           {"attn", fields},

@@ -135,7 +135,8 @@ def alternated(exe):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "versus.json")
         subprocess.run([exe, "--profile", "smoke", "--plugin", plugin("example"), "--adaptive=0.5", "--max-samples=8",
-                        "--benchmark_filter=^attn_(versus|noisy|paired|bwd_paired)/", "--benchmark_out=" + out,
+                        "--benchmark_filter=^attn_(versus|noisy|paired|bwd_paired|decode/streaming/bf16)/",
+                        "--benchmark_out=" + out,
                         "--benchmark_out_format=json"],
                        check=True, stdout=subprocess.DEVNULL)
         with open(out) as f:
@@ -144,7 +145,8 @@ def alternated(exe):
     rows = bench_json.rows(data)
     differing = lambda r: [k for k in ("backend", "precision", "causal", "threads") if r["partner"][k] != r[k]]  # noqa
     for family, field in (("attn_versus", "partner_samples"), ("attn_paired", "partner_samples"),
-                          ("attn_bwd_paired", "partner_samples"), ("attn_noisy", "quiet_samples")):
+                          ("attn_bwd_paired", "partner_samples"), ("attn_noisy", "quiet_samples"),
+                          ("attn_decode", "partner_samples")):
         ran = [r for r in rows if r["family"] == family]
         if not ran:
             failures.append(f"{family}: no benchmark ran")
@@ -158,8 +160,15 @@ def alternated(exe):
                 frac = stats.paired_ratio_ci(before, xs)[0]
                 if not 0 < frac <= 1:
                     failures.append(f"{r['name']}: fraction of the FMA peak beside each sample {frac!r}, not in (0, 1]")
+            read = r["partner"] and r["partner"]["backend"] == "read-probe"
+            if family == "attn_decode" and len(before) == len(xs):
+                # the read probe's time for K and V's bytes (the smoke profile's one KV cache, its longest): the
+                # pairs' ratio is a fraction of the read bandwidth, positive (above 1 where K/V sit in cache)
+                if not read or not stats.paired_ratio_ci(before, xs)[0] > 0:
+                    failures.append(f"{r['name']}: partner {r['partner']}, fraction of the read probe "
+                                    f"{stats.paired_ratio_ci(before, xs)[0]!r}")
             if field == "partner_samples":
-                want = (["backend"] if family == "attn_versus" or peak else ["threads"] if r["threads"] == 2
+                want = (["backend"] if family in ("attn_versus", "attn_decode") or peak else ["threads"] if r["threads"] == 2
                         else ["causal"] if r["causal"] else ["precision"])
                 if not r["partner"] or differing(r) != want:
                     failures.append(f"{r['name']}: partner {r['partner']}: differs in {r['partner'] and differing(r)}, "

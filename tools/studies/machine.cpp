@@ -182,9 +182,12 @@ double triad_gbs(unsigned threads) {
 // Read bandwidth: each thread sums its own 256 MiB of 64-bit integers (far
 // beyond cache), the ceiling of a pass that only reads (a decode step reading
 // its KV cache). Integer sums so the compiler vectorises the loop freely.
+// The arrays stay from one call to the next (attn-bench times the probe before each sample of a decode
+// step: fresh pages cost ~15 us per 4 KiB to touch, 1 s per call).
 double read_gbs(unsigned threads) {
   const std::size_t n = std::size_t(1) << 25;  // 256 MiB per thread (a multiple of 8)
-  std::vector<std::vector<std::uint64_t>> a(threads, std::vector<std::uint64_t>(n, 1));
+  static std::vector<std::vector<std::uint64_t>> a;
+  while (a.size() < threads) a.emplace_back(n, 1);
   std::vector<std::uint64_t> sums(threads);
   // Each cache line's first element also prefetches the line `ahead` bytes on, as the decode kernels
   // prefetch K and V (simd/variant.inc): with the hardware prefetchers alone the probe read less than
@@ -223,6 +226,7 @@ std::string cpuinfo(const std::string& key) {
 }  // namespace
 
 double fp32_fma_gflops_core() { return fma_gflops_one_thread<float>(); }
+double read_gbs_probe(unsigned threads) { return read_gbs(threads); }
 
 MachinePeak measure_peak(PeakEffort effort) {
   MachinePeak p;

@@ -47,6 +47,11 @@ enum class PeakEffort { full, quick };
 // The fp32 FMA probe of MachinePeak::fp32_fma_gflops_core alone (the kernels in use, one thread, best of
 // five runs of about 2 ms each): attn-bench times it before each sample of a point whose partner is the peak.
 double fp32_fma_gflops_core();
+// The read probe of MachinePeak::read_gbs_core (threads = 1) and read_gbs_all (threads = cores) alone: each
+// thread sums its 256 MiB, best of five passes (about 70 ms at 20 GB/s); attn-bench times it before each
+// sample of a decode step whose partner is the read probe. Its arrays are kept (threads x 256 MiB) for the
+// next call.
+double read_gbs_probe(unsigned threads);
 // Takes a few seconds: best of several repetitions of each probe.
 MachinePeak measure_peak(PeakEffort effort = PeakEffort::full);
 Json to_json(const MachinePeak& p);

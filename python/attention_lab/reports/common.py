@@ -135,6 +135,21 @@ def peak_fraction(pairs, pass_, key, row, peak):
     return scaled(rate_estimate(row), peak), False
 
 
+READ_PARTNER = "read-probe"  # attn-bench's partner that is `attn-lab peak`'s read probe (Point::Partner::read)
+
+
+def read_fraction(row, bw):
+    """A decode step's K/V bytes per second as a fraction of the read bandwidth: the median over its pairs of
+    the probe's time for K and V's bytes over the step's, the probe timed just before each sample on the step's
+    threads (attn_decode at the longest KV cache, READ_PARTNER), else its rate over `bw`, the run's reading of
+    the probe at another time. (estimate or None, whether the two alternated)."""
+    if row and (row.get("partner") or {}).get("backend") == READ_PARTNER and row.get("partner_samples"):
+        v, ci = stats.paired_ratio_ci(row["partner_samples"], row["samples"])
+        return {"value": v, "interval": ci}, True
+    kv = row and row.get("kv_bytes/s") and rate_estimate(row, row["kv_bytes/s"] * row["seconds_per_call"])
+    return scaled(kv, bw), False
+
+
 FULL_TILES_N = 1024  # every variant's default tiles (attn/simd/variant_*.cpp: B_q, B_k <= 512) are full from here
 
 

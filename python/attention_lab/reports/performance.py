@@ -3,7 +3,7 @@
 import matplotlib.pyplot as plt
 
 from attention_lab import stats
-from attention_lab.reports.common import PEAK_PARTNER, ReportError, Targets, alternated_rows, peak_fraction, memory_growth, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
+from attention_lab.reports.common import PEAK_PARTNER, ReportError, Targets, alternated_rows, peak_fraction, read_fraction, memory_growth, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
 from attention_lab.runs import bf16_dots_in_use, precision_peak
 
 
@@ -152,10 +152,9 @@ def performance_report(rows, peak, bench, folder):
         for p in ("fp32", "bf16"):
             for t in (1, 2):
                 r = next((x for x in dec if (x["n_kv"], x["precision"], x["threads"]) == (n_kv, p, t)), None)
-                bw = peak.get("read_gbs_core" if t == 1 else "read_gbs_all")
-                kv = r and rate_estimate(r, r["kv_bytes/s"] * r["seconds_per_call"])
+                est, alt = read_fraction(r, peak.get("read_gbs_core" if t == 1 else "read_gbs_all"))
                 target(f"decode: {fused} {p}, {t} thread{'s' if t > 1 else ''}, n_kv = {n_kv} (H = 32, H_kv = 8, "
-                       "d = 128): K/V GB/s as a fraction of the measured read bandwidth", scaled(kv, bw),
+                       "d = 128): K/V GB/s as a fraction of the measured read bandwidth" + BESIDE[alt], est,
                        f">= {pct(need)}", lambda v: pct(v) + (" (above the read probe's figure)" if v > 1 else ""),
                        lambda v, need=need: v >= need)
     # attn_noisy: the same forward points beside a cache-polluting neighbour, each over its quiet attn_h8 twin

@@ -348,10 +348,13 @@ def variants(d):
     for r in sorted((r for r in dec if r["n_kv"] == n_kv), key=lambda r: (r["precision"], r["threads"])):
         bw = peak.get("read_gbs_core" if r["threads"] == 1 else "read_gbs_all")
         gbs = r["kv_bytes/s"] * r["seconds_per_call"] / med(r) / 1e9
+        frac, beside = report.read_fraction(r, bw)
+        of = ("" if not frac else f" = {100 * frac['value']:.0f}% of the read bandwidth measured before each sample "
+              "(median of the pairs)" if beside else f" = {100 * frac['value']:.0f}% of the measured read bandwidth "
+              f"({bw:.1f} GB/s)")
         lines.append(f"- decode step, {fused} {r['precision']}, {r['threads']} thread{'s' if r['threads'] > 1 else ''}, "
                      f"n_kv = {n_kv}, H = 32, H_kv = 8, d = 128: {1e3 * med(r):.1f} ms median "
-                     f"({1e3 * r['seconds_p10']:.1f} to {1e3 * r['seconds_p90']:.1f}), K/V {gbs:.1f} GB/s"
-                     + (f" = {100 * gbs / bw:.0f}% of the measured read bandwidth ({bw:.1f} GB/s)" if bw else "") + ".")
+                     f"({1e3 * r['seconds_p10']:.1f} to {1e3 * r['seconds_p90']:.1f}), K/V {gbs:.1f} GB/s{of}.")
     return f"In the committed run ({machine(d)}):\n\n" + "\n".join(lines)
 
 
