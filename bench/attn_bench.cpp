@@ -18,7 +18,9 @@
 //       the variants (problem.hpp) against plain attention at the same shape:
 //       v = plain, gqa (H_kv < H), softcap (c = 50), sinks, alibi, documents (8)
 //   attn_decode/<backend>/<precision>/threads:<t>/n_kv:<n_kv>/d:<d>/h:<H>/h_kv:<H_kv>
-//       one decode step: n_q = 1 over a KV cache of n_kv keys (kv_bytes/s: K and V read once)
+//       one decode step: n_q = 1 over a KV cache of n_kv keys (kv_bytes/s: K and V read once); at the
+//       profile's longest n_kv each sample preceded by `attn-lab peak`'s read probe ("partner_samples": its
+//       time for K and V's bytes; the decode targets' fraction of the read bandwidth)
 //   attn_noisy/<backend>/<precision>/causal:0/threads:1/n:<n>/d:<d>/h:8/h_kv:8/variant:noisy
 //       attn_h8's one-thread forward with a noisy neighbour: a thread that sweeps a 256 MiB buffer (reads and
 //       writes every cache line, over and over) runs on the other core while the calls are timed
