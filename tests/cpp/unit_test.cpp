@@ -533,6 +533,30 @@ TEST(Range, Fp16StorageAccumulationAveragesValuesNearTheLimit) {
   EXPECT_GE(backends, 4);
 }
 
+// --- Tensor alignment --------------------------------------------------------------
+
+// Every tensor a kernel reads starts on a 64-byte line (attn/core/tensor_allocator.hpp, force-included by
+// meson.build): with malloc's 16 bytes, the fp32 decode step took up to 1.9x as long (performance.md,
+// section 34). Between the allocations, odd-sized ones move the heap, as a long benchmark process does.
+TEST(TensorAlignment, EveryStorageTypesInputsStartOnACacheLine) {
+  auto on_line = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 64 == 0; };
+  std::vector<std::unique_ptr<char[]>> shifts;
+  for (std::size_t n : {1, 3, 17, 33, 100}) {
+    shifts.emplace_back(new char[n * 16 + 8]);
+    const Inputs<double> in = random_inputs({1, 3, n, n + 5, 40, 24, 1}, 7);
+    auto check = [&](const auto& t) {
+      EXPECT_TRUE(on_line(in.q.data()) && on_line(in.k.data()) && on_line(in.v.data()));
+      EXPECT_TRUE(on_line(t.q.data())) << n;
+      EXPECT_TRUE(on_line(t.k.data())) << n;
+      EXPECT_TRUE(on_line(t.v.data())) << n;
+    };
+    check(convert_inputs<float>(in));
+    shifts.emplace_back(new char[n * 48 + 24]);
+    check(convert_inputs<bf16>(in));
+    check(convert_inputs<fp16>(in));
+  }
+}
+
 // --- Workspace cap ---------------------------------------------------------------
 
 TEST(Workspace, AScoreMatrixOverTheCapIsAClearError) {

@@ -14,9 +14,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "attn/core/tensor_allocator.hpp"
+
 namespace attn {
 
-inline constexpr std::size_t workspace_alignment = 64;
+inline constexpr std::size_t workspace_alignment = tensor_alignment;  // a cache line, as every tensor's
 
 // Bytes a piece of n values of T occupies in an arena (rounded up to the alignment).
 template <class T>
