@@ -33,9 +33,8 @@ struct TensorAllocator {
   T* allocate(std::size_t n) {
     return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{tensor_alignment}));
   }
-  void deallocate(T* p, std::size_t n) noexcept {
-    ::operator delete(p, n * sizeof(T), std::align_val_t{tensor_alignment});
-  }
+  // (unsized: clang declares the sized aligned delete only with -fsized-deallocation, which the fuzz build lacks)
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{tensor_alignment}); }
   template <class U>
   struct rebind {
     using other = TensorAllocator<U>;
