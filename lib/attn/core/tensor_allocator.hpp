@@ -6,10 +6,10 @@
 // alignment, so a tensor's first value sat 16, 32 or 48 bytes into a cache
 // line depending on the heap's history, and with it every row of a d = 128
 // K or V: each 64-byte vector load then straddles two lines. The fp32 decode
-// step over a 1 GiB KV cache took 1.5-1.9x as long with K and V 32 bytes into
-// a line as with them on a line (docs/performance.md, section 34), so the
-// same benchmark read 59 or 190 ms depending on what ran before it in the
-// process. 64 bytes: a cache line, and an AVX-512 vector.
+// step over a 1 GiB KV cache took 1.3-1.9x as long with K and V 32 bytes into
+// a line as with them on a line (four alternated pairs, docs/performance.md,
+// section 34), so the same benchmark's time depended on what ran before it in
+// the process. 64 bytes: a cache line, and an AVX-512 vector.
 //
 // Hand-written rather than xsimd::aligned_allocator: that one calls malloc
 // directly, past the counting operator new (attn/core/alloc_counter.cpp) from
