@@ -604,8 +604,29 @@ bool choose_accumulate(Prepared& prep, const BackendInfo& b, const PrecisionInfo
   return true;
 }
 
+// The heap the timed calls run on: freed memory stays in it for the next
+// iteration (no first-touch in timings); set in main, the cold family returns
+// it explicitly with malloc_trim.
+constexpr int timed_mmap_threshold = 1 << 30;
+
+// While a benchmark is prepared, large buffers (its inputs, the prepared
+// call's workspace) are mapped as a caller's are (glibc's default: each its
+// own mmap, as for PyTorch's and NumPy's tensors and `attn-lab attend`'s),
+// not carved one after the other from the heap: with the timed heap's
+// threshold, K and V sat 512 MiB + 64 bytes apart on the brk heap, and the
+// fp32 decode step over 131072 keys ran 1.1-1.6x slower than with the same
+// tensors mapped (`attend` under MALLOC_MMAP_THRESHOLD_=1073741824 against
+// without, six pairs: docs/performance.md, section 36).
+struct CallerHeap {
+  CallerHeap() { mallopt(M_MMAP_THRESHOLD, 128 * 1024); }
+  ~CallerHeap() { mallopt(M_MMAP_THRESHOLD, timed_mmap_threshold); }
+  CallerHeap(const CallerHeap&) = delete;
+  CallerHeap& operator=(const CallerHeap&) = delete;
+};
+
 // The forward benchmark's preparation: one cold call watched and verified at the benchmark's own shape.
 void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
+  const CallerHeap caller_heap;
   const Options opt = options_of(pt);
   if (!choose_accumulate(prep, b, p, pt.shape, opt)) return;
   const Accumulate acc = prep.acc;
@@ -651,6 +672,7 @@ void prepare_forward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& 
 // the timed call's gradients are checked finite. The peak heap is of one
 // backward call on a fresh workspace.
 void prepare_backward(Prepared& prep, const BackendInfo& b, const PrecisionInfo& p, const Point& pt) {
+  const CallerHeap caller_heap;
   const Options opt = options_of(pt);
   if (!choose_accumulate(prep, b, p, pt.shape, opt)) return;
   const Accumulate acc = prep.acc;
@@ -1208,10 +1230,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attn-bench: %s\n", e.what());
     return 2;
   }
-  // Freed memory stays in the heap for the next iteration (no first-touch in
-  // timings); the cold family returns it explicitly with malloc_trim.
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, timed_mmap_threshold);  // (CallerHeap)
+  mallopt(M_TRIM_THRESHOLD, timed_mmap_threshold);
   const Profile prof = profile(profile_name);
   try {
     if (!names_file.empty()) {
