@@ -614,9 +614,9 @@ constexpr int timed_mmap_threshold = 1 << 30;
 // own mmap, as for PyTorch's and NumPy's tensors and `attn-lab attend`'s),
 // not carved one after the other from the heap: with the timed heap's
 // threshold, K and V sat 512 MiB + 64 bytes apart on the brk heap, and the
-// fp32 decode step over 131072 keys ran 1.1-1.6x slower than with the same
+// fp32 decode step over 131072 keys ran 1.0-1.6x slower than with the same
 // tensors mapped (`attend` under MALLOC_MMAP_THRESHOLD_=1073741824 against
-// without, six pairs: docs/performance.md, section 36).
+// without, nine pairs: docs/performance.md, section 36).
 struct CallerHeap {
   CallerHeap() { mallopt(M_MMAP_THRESHOLD, 128 * 1024); }
   ~CallerHeap() { mallopt(M_MMAP_THRESHOLD, timed_mmap_threshold); }
