@@ -9,19 +9,20 @@
 namespace attn::heap {
 
 namespace {
-std::atomic<std::size_t> live{0}, peak{0};
+std::atomic<std::int64_t> live{0}, peak{0};  // signed: see alloc_counter.hpp
 
 void* counted(void* p) {
   if (!p) throw std::bad_alloc();
-  const std::size_t now = live.fetch_add(malloc_usable_size(p), std::memory_order_relaxed) + malloc_usable_size(p);
-  std::size_t seen = peak.load(std::memory_order_relaxed);
+  const auto size = std::int64_t(malloc_usable_size(p));
+  const std::int64_t now = live.fetch_add(size, std::memory_order_relaxed) + size;
+  std::int64_t seen = peak.load(std::memory_order_relaxed);
   while (now > seen && !peak.compare_exchange_weak(seen, now, std::memory_order_relaxed)) {
   }
   return p;
 }
 void uncounted(void* p) {
   if (!p) return;
-  live.fetch_sub(malloc_usable_size(p), std::memory_order_relaxed);
+  live.fetch_sub(std::int64_t(malloc_usable_size(p)), std::memory_order_relaxed);
   std::free(p);
 }
 void* aligned(std::size_t n, std::align_val_t a) {
@@ -30,9 +31,9 @@ void* aligned(std::size_t n, std::align_val_t a) {
 }
 }  // namespace
 
-std::size_t live_bytes() { return live.load(std::memory_order_relaxed); }
+std::int64_t live_bytes() { return live.load(std::memory_order_relaxed); }
 void reset_peak() { peak.store(live.load(std::memory_order_relaxed), std::memory_order_relaxed); }
-std::size_t peak_bytes() { return peak.load(std::memory_order_relaxed); }
+std::int64_t peak_bytes() { return peak.load(std::memory_order_relaxed); }
 
 }  // namespace attn::heap
 
