@@ -42,6 +42,14 @@ def require(obj, keys, where):
             raise ReportError(f"{where}: missing field '{k}'")
 
 
+def heap_reading(measured, model):
+    """A measured peak heap, or None where it is below the workspace model: a cold call reserves its whole
+    workspace (attn/core/workspace.hpp), so a lower reading is the heap counter's error, not the backend's
+    memory (the 0 B of naive and math at n = 4096 in runs with the Python peers before 2026-12-05: the
+    counter wrapped below zero, alloc_counter.hpp)."""
+    return measured if measured is not None and model is not None and measured >= model else None
+
+
 def fit_exponent(xs, ys):
     """Least-squares slope of log y against log x."""
     pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y > 0]

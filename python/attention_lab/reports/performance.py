@@ -3,7 +3,7 @@
 import matplotlib.pyplot as plt
 
 from attention_lab import stats
-from attention_lab.reports.common import PEAK_PARTNER, ReportError, Targets, alternated_rows, peak_fraction, read_fraction, memory_growth, target_bounds, backends_with, backward_series, fit_exponent, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
+from attention_lab.reports.common import PEAK_PARTNER, ReportError, Targets, alternated_rows, peak_fraction, read_fraction, memory_growth, target_bounds, backends_with, backward_series, fit_exponent, heap_reading, heap_reading, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
 from attention_lab.runs import bf16_dots_in_use, precision_peak
 
 
@@ -313,7 +313,9 @@ def backward_performance(rows, fused, peak, target, peers, ratio_target, pairs):
     for b, pts in sorted(mem.items()):
         if b == fused or len(pts) < 2:
             continue
-        e = fit_exponent([n for n, _ in pts], [r["peak_extra_heap_bytes"] for _, r in pts])
+        read = [(n, v) for n, r in pts
+                if (v := heap_reading(r["peak_extra_heap_bytes"], r["workspace_model_bytes"])) is not None]
+        e = fit_exponent([n for n, _ in read], [v for _, v in read])  # (a wrong reading is no point of the fit)
         target(f"backward: {b} peak extra heap, fitted exponent in n over n = {pts[0][0]} ... {pts[-1][0]}", e,
                f"grows as n^2 (>= {bound['backward_gemm_memory_exponent']['min']})", lambda v: f"{v:.2f}",
                lambda v: v >= bound["backward_gemm_memory_exponent"]["min"])
