@@ -25,6 +25,7 @@ import markdown
 import numpy as np
 
 from attention_lab import bench_json, io
+from attention_lab.reports.common import heap_reading
 
 # E1/E2 of EXAMPLES.md: V of E1; the scores of row C are [2, 1, 3] at d_k = 2.
 E1_V = [[1.0, 0.0], [1.0, 2.0], [2.0, 2.0]]
@@ -223,8 +224,9 @@ def bench_table(bench, peak):
         n = f["n"] if "n" in f else f"{f['n_q']}x{f['n_kv']}"
         g = b.get("FLOP/s", 0) / 1e9
         err = b.get("max_abs_error")
+        heap = heap_reading(b.get("peak_heap_bytes"), b.get("workspace_model_bytes"))  # none for a plugin
         rows.append([f["family"], f["backend"], f["precision"], n, f["d"], f["causal"], f["threads"],
-                     f"{g:.2f}", f"{g / (f['threads'] * fp32_peak):.3f}", int(b.get("peak_heap_bytes", 0)),
+                     f"{g:.2f}", f"{g / (f['threads'] * fp32_peak):.3f}", "" if heap is None else int(heap),
                      "" if err is None else f"{err:.3g}"])
     return table(["family", "backend", "precision", "n", "d", "causal", "threads", "GFLOP/s",
                   "fraction of peak (threads x 1-thread fp32 FMA)", "peak heap bytes", "max abs error"], rows)

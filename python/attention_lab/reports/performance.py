@@ -141,7 +141,8 @@ def performance_report(rows, peak, bench, folder):
                    pct, lambda v: v >= bound["blas_fraction_of_attention_gemms"]["min"])
     mem_rows = sorted((r for r in rows if r["family"] == "attn" and r["backend"] == fused and r["precision"] == "fp32"
                        and r.get("causal") == 0 and r.get("threads") == 1 and r.get("d") == 64 and "n" in r
-                       and r.get("peak_extra_heap_bytes") is not None), key=lambda r: r["n"])
+                       and heap_reading(r.get("peak_extra_heap_bytes"), r.get("workspace_model_bytes")) is not None),
+                      key=lambda r: r["n"])
     mem = [(r["n"], r["peak_extra_heap_bytes"]) for r in mem_rows]
     if mem:
         memory_growth(target, fused, mem, bound["memory_independent_of_n"]["max"])
@@ -308,7 +309,9 @@ def backward_performance(rows, fused, peak, target, peers, ratio_target, pairs):
                      (fused, "fp32", 0, 1, d), bound["causal_speedup"]["min"], "backward", at)
     mem = backward_series(rows)
     if fused in mem:
-        memory_growth(target, f"backward: {fused}", [(n, r["peak_extra_heap_bytes"]) for n, r in mem[fused]],
+        memory_growth(target, f"backward: {fused}", [(n, r["peak_extra_heap_bytes"]) for n, r in mem[fused]
+                                                     if heap_reading(r["peak_extra_heap_bytes"],
+                                                                     r["workspace_model_bytes"]) is not None],
                       bound["memory_independent_of_n"]["max"])
     for b, pts in sorted(mem.items()):
         if b == fused or len(pts) < 2:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from attention_lab import ROOT as _ROOT, io, race
 from attention_lab import runs as run_records  # (tight_ratio, verdict_counts; runs() below is a README block)
-from attention_lab.reports import common as report  # (bench_rows, backends_with, fmt_bytes, load)
+from attention_lab.reports import common as report  # (bench_rows, backends_with, fmt_bytes, heap_reading, load)
 
 ROOT = Path(_ROOT)
 
@@ -128,7 +128,8 @@ def performance(d):
               f"{peak['sgemm_gflops_2048']:.1f}: {fused}, softmax included, runs at {100 * s64 / att[64]:.0f}% "
               f"(d = 64) and {100 * s128 / att[128]:.0f}% (d = 128) of the GEMMs' rate."]
     mem = sorted((r["n"], r["peak_extra_heap_bytes"]) for (b, n, dd), r in attn.items()
-                 if b == fused and dd == 64 and r.get("peak_extra_heap_bytes") is not None)
+                 if b == fused and dd == 64
+                 and report.heap_reading(r.get("peak_extra_heap_bytes"), r.get("workspace_model_bytes")) is not None)
     if mem:
         lo, hi = min(m for _, m in mem), max(m for _, m in mem)
         span = f"{mem[0][0]} to {mem[-1][0]}"
@@ -249,7 +250,8 @@ def backward(d):
                   "take them."]
     mem = {}
     for r in rows:
-        if r["family"] == "attn_bwd_mem":
+        if r["family"] == "attn_bwd_mem" and report.heap_reading(r.get("peak_extra_heap_bytes"),
+                                                                  r.get("workspace_model_bytes")) is not None:
             mem.setdefault(r["backend"], []).append((r["n"], r["peak_extra_heap_bytes"]))
     if mem:
         lines += ["", "Peak extra heap of one cold backward call (`attn_bwd_mem/`, B = H = 1, d = 64, fp32): " + "; ".join(
