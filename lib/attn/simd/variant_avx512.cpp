@@ -6,8 +6,8 @@
 // unmasked fp32 at d = 128 but broke the GQA invariance's bits (a stacked
 // block holds B_q / g positions, and which key tiles a causal block narrows
 // depends on its rows: section 39): 256 until the block's positions are made
-// independent of the stacking. Backward tiles 96 x 256 (were 64 x 64): swept on the same
-// machine once the backward read P and dS in place (docs/performance.md,
+// independent of the stacking. Backward tiles 96 x 256 (were 64 x 64): swept
+// on the same machine once the backward read P and dS in place (docs/performance.md,
 // section 16): 4-8% faster at d = 64 and 128; 96 rows are 16 micro-kernel
 // strips of 6, with no edge strip.
 #define ATTN_SIMD_ID avx512

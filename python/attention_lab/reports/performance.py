@@ -3,7 +3,7 @@
 import matplotlib.pyplot as plt
 
 from attention_lab import stats
-from attention_lab.reports.common import PEAK_PARTNER, ReportError, Targets, alternated_rows, peak_fraction, read_fraction, memory_growth, target_bounds, backends_with, backward_series, fit_exponent, heap_reading, heap_reading, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
+from attention_lab.reports.common import PEAK_PARTNER, ReportError, Targets, alternated_rows, peak_fraction, read_fraction, memory_growth, target_bounds, backends_with, backward_series, fit_exponent, heap_reading, fmt_bytes, of_peak, rate_estimate, rate_over, savefig, scaled, time_ratio
 from attention_lab.runs import bf16_dots_in_use, precision_peak
 
 
