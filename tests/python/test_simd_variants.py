@@ -7,7 +7,8 @@ executes, not only the one it picks by default.
 The default choice (the widest variant the CPU runs) is what every other
 test exercises; here each other executable variant is forced by ATTN_SIMD
 and must pass the unit tests, the 50-digit agreement tests and the property
-suite (RapidCheck with CI's fixed seed). Variants compiled but not
+suite (RapidCheck with CI's fixed seed), and streaming's bitwise invariances
+(`attn-lab invariance --require-bitwise`) must hold under it. Variants compiled but not
 executable here are listed, and forcing one must be a clear error (exit 2,
 one line naming what it needs), never an illegal instruction. Also checked:
 that ATTN_SIMD really switches the kernels `attn-lab list` reports.
@@ -15,12 +16,15 @@ that ATTN_SIMD really switches the kernels `attn-lab list` reports.
 import json
 import os
 import subprocess
+import tempfile
 
 from checklib import Checks
 from paths import AGREEMENT_TEST as AGREEMENT, ATTN_LAB, PROPS, UNIT_TEST as UNIT
 
 # the property cases of each forced variant (meson option rc_variant_params, through tests/meson.build)
 RC_PARAMS = os.environ.get("ATTN_RC_VARIANT_PARAMS", "seed=20261129 max_success=12")
+# the invariances streaming documents as bitwise (README; scripts/mutate's check-invariance stage)
+INVARIANT = "run_to_run,threads,batch,gqa"
 
 
 def run(cmd, simd, extra_env=None, timeout=1800):
@@ -60,6 +64,14 @@ def test_every_executable_variant_passes_and_the_others_refuse():
             tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
             print(f"{vid}: {name}: exit {r.returncode}; " + " | ".join(tail))
             checks.record(r.returncode == 0, f"{vid}: {name} failed:\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}")
+        # streaming's documented bitwise invariances hold under this variant's own block sizes too (the AVX2
+        # variant's B_q = 512 > B_k = 96 once broke the GQA one while the default variant's held)
+        with tempfile.TemporaryDirectory() as tmp:
+            r = run([ATTN_LAB, "invariance", "--backend", "streaming", "--profile", "smoke", "--only", INVARIANT,
+                     "--require-bitwise", INVARIANT, "--out", os.path.join(tmp, "inv.json")], vid)
+        print(f"{vid}: streaming invariance {INVARIANT}: exit {r.returncode}")
+        checks.record(r.returncode == 0, f"{vid}: streaming's invariances not bitwise:\n{r.stdout[-3000:]}\n"
+                                         f"{r.stderr[-2000:]}")
 
     r = run([ATTN_LAB, "list"], "no-such-isa")
     checks.record(r.returncode == 2 and "no such kernel variant" in r.stderr,

@@ -123,22 +123,29 @@ struct Tiles {
 //   Split-KV (flash-decoding): the key tiles of a block in `splits` chunks,
 //   each its own work item with its own partial (m, l, O / l); a second pass
 //   merges a block's partials in split order (skipping empty ones).
-//   Options::kv_splits, or (0) chosen from one sequence's own blocks (its
-//   heads' query blocks): at least 16 work items per sequence while each
-//   chunk keeps at least 4 key tiles. A block splits its own visible keys
-//   (its sequence's mask) into chunks(): never from the batch around it or
-//   the thread count, so a sequence's result is bitwise the same alone or
-//   in any batch, on any number of threads (attn-lab invariance; before,
-//   the count came from the whole batch's blocks and from the threads
-//   beyond 16: a decode step's bits depended on the batch size). The price:
+//   Options::kv_splits, or (0) chosen from one sequence's own rows (its
+//   heads' query rows in blocks of B_q rows, whether or not g heads share a
+//   block): at least 16 such blocks' worth of work items per sequence while
+//   each chunk keeps at least 4 key tiles. The key tiles any row of the sequence
+//   may see (its own mask) are divided into chunks(), the same for each of
+//   its blocks (a block does the part of a chunk its rows see): never from
+//   the batch around it or the thread count, so a sequence's result is
+//   bitwise the same alone or in any batch, on any number of threads
+//   (attn-lab invariance; before, the count came from the whole batch's
+//   blocks and from the threads beyond 16: a decode step's bits depended on
+//   the batch size), and a row's chunks do not follow its block. The price:
 //   a batch of many short decode steps splits as one sequence would, a few
-//   more partials to merge (docs/performance.md, section 22).
+//   more partials to merge (docs/performance.md, section 22). Counted in
+//   rows, not stacked blocks, grouped heads and the same heads repeated
+//   split alike (before, a grouped decode step split 2 or g times more than
+//   the repeated heads' step: docs/performance.md, section 40).
 struct Plan {
   std::size_t stack = 1, positions = 1, rows = 1;  // heads per block (g or 1); rows = stack positions
   std::size_t q_blocks = 1, splits = 1, blocks = 1, items = 1, workers = 1;  // splits: items per block
   bool explicit_splits = false;
-  // The chunks of a block whose visible keys span `tiles` key tiles (the
-  // items of split >= chunks() do nothing): an explicit count at most one
+  // The chunks of a sequence whose visible keys span `tiles` key tiles (the
+  // items of split >= chunks() do nothing; a block's item whose chunk its
+  // rows see none of does nothing either): an explicit count at most one
   // tile a chunk; the automatic one at least 4 tiles a chunk.
   std::size_t chunks(std::size_t tiles) const {
     return std::clamp<std::size_t>(std::min(splits, explicit_splits ? tiles : tiles / 4), 1, splits);
@@ -158,7 +165,9 @@ Plan plan(const Shape& s, const Options& opt, std::size_t block_q, std::size_t b
   if (opt.kv_splits) {
     p.splits = opt.kv_splits;
   } else {
-    const std::size_t per_sequence = (s.heads / p.stack) * p.q_blocks;
+    // the sequence's query rows in blocks of B_q rows, however its heads are
+    // stacked: grouped heads and the same heads repeated split alike
+    const std::size_t per_sequence = (s.heads * s.n_q + block_q - 1) / std::max<std::size_t>(1, block_q);
     p.splits = per_sequence >= 16 ? 1 : std::min((16 + per_sequence - 1) / per_sequence, std::max<std::size_t>(1, tiles / 4));
   }
   p.splits = std::clamp<std::size_t>(p.splits, 1, tiles);  // (a block's own chunks() are at most as many)
@@ -260,8 +269,11 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   auto head_of = [&](const Block& blk, std::size_t r_) { return blk.h0 + r_ % g; };
   auto query_of = [&](const Block& blk, std::size_t r_) { return blk.i0 + r_ / g; };
 
-  // A block of one query position reads K and V in place (Tiles::decode_capable).
-  auto decoding = [&](const Block& blk) { return T::decode_capable && blk.positions == 1; };
+  // A decode step (one query position: every block holds one) reads K and V
+  // in place (Tiles::decode_capable). Not a block of one position in a
+  // longer query (B_q <= g, or block_q = 1): its rows are computed as the
+  // rows of the same positions in a wider block are (the GQA invariance).
+  auto decoding = [&] { return T::decode_capable && n_q == 1; };
 
   // The block's rows of Q in A: the input itself when it is one head's rows in A.
   auto load_q = [&](const Block& blk, A* q_buf) -> const A* {
@@ -280,43 +292,49 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     return q_buf;
   };
 
-  // A tile that some of the block's rows see only part of (a causal mask's
-  // diagonal, a window's edges) goes in narrower tiles of `narrow` keys (a
-  // quarter of B_k, whole column panels), each with only the rows that see
-  // it: on the diagonal of a causal B_q x B_k block, 5/8 of the tile's work
-  // instead of all of it (docs/performance.md, section 29). Only where the
-  // quarter holds at least 64 keys: 64-key tiles gained (AVX-512, B_k = 256),
-  // 16-key ones lost 0.88-1.05x (the AVX2 variant's B_k = 96, forced on the
-  // same Xeon). A row's result depends only on its mask and the tile bounds.
+  // Per sequence, the keys any of its rows may see: key tiles end at its
+  // bounds (a sequence's padding is not read), and split-KV's chunks divide
+  // the tiles over them.
+  std::vector<MaskView::Range> sequence_keys(sh.batch);
+  for (std::size_t b = 0; b < sh.batch; ++b) sequence_keys[b] = block_keys(mask, b, 0, n_q, n_kv);
+
+  // Key tiles lie on one grid, [t B_k, (t + 1) B_k) of the keys within the
+  // sequence's keys, whatever the block. A row that sees a tile whole takes it in one piece; a row that
+  // sees only part of it (a causal mask's diagonal, a window's edges) takes
+  // it in narrower tiles of `narrow` keys (a quarter of B_k, whole column
+  // panels), each it sees any key of: on the diagonal of a causal B_q x B_k
+  // block, 5/8 of the tile's work instead of all of it (docs/performance.md,
+  // section 29). Only where the quarter holds at least 64 keys: 64-key tiles
+  // gained (AVX-512, B_k = 256), 16-key ones lost 0.88-1.05x (the AVX2
+  // variant's B_k = 96, forced on the same Xeon). So the tiles a row's
+  // online softmax visits follow from its own mask alone, never from the
+  // block around it: B_q, and g heads stacked in a block (B_q / g positions)
+  // against the same heads repeated (B_q positions), change no bit (before,
+  // a block narrowed a tile for all its rows when one row saw part of it,
+  // and began its tiles at its first visible key: GQA under a window, or at
+  // B_q > B_k, was not bitwise; docs/performance.md, section 40).
   const std::size_t panel = std::max<std::size_t>(1, attn::simd().panel);
   const std::size_t narrow = B_c / 4 >= 64 ? B_c / 4 / panel * panel : B_c;
-  auto seen_in_part = [&](const Block& blk, RowSpan pos, std::size_t j0, std::size_t cols) {
-    for (std::size_t r_ = pos.first; r_ < pos.last; ++r_) {
-      const auto keys = mask.keys(blk.b, blk.i0 + r_);
-      if (keys.begin > j0 || keys.end < j0 + cols) return true;
-    }
-    return false;
+  enum class Take { none, whole, narrowed };
+  auto take = [&](const Block& blk, std::size_t r_, std::size_t j0, std::size_t cols) {
+    const auto keys = mask.keys(blk.b, blk.i0 + r_);
+    if (keys.size() == 0 || keys.begin >= j0 + cols || keys.end <= j0) return Take::none;
+    return cols > narrow && (keys.begin > j0 || keys.end < j0 + cols) ? Take::narrowed : Take::whole;
   };
 
   // For each key tile of [j_begin, j_end) some row sees: its scores (soft-cap,
   // ALiBi, mask applied) in S_ij, then visit(j0, cols, rows [first, last)).
   auto each_key_tile = [&](const Block& blk, const Scratch<A>& w, const A* Q_i, std::size_t j_begin, std::size_t j_end,
                            auto&& visit) {
-    for (std::size_t j0 = j_begin, cols = 0; j0 < j_end; j0 += cols) {
-      cols = std::min(B_c, j_end - j0);
-      RowSpan pos = rows_seeing(mask, blk.b, blk.i0, blk.positions, j0, cols);
-      if (cols > narrow && blk.positions > 1 && seen_in_part(blk, pos, j0, cols)) {
-        cols = narrow;
-        pos = rows_seeing(mask, blk.b, blk.i0, blk.positions, j0, cols);
-      }
-      if (pos.size() == 0) continue;
+    // Key tile [j0, j0 + cols) for the positions pos of the block.
+    auto tile = [&](std::size_t j0, std::size_t cols, RowSpan pos) {
       const RowSpan rs{pos.first * g, pos.last * g};
-      if (decoding(blk) && dot16) {  // K read in place as pairs (simd.hpp's decode_scores_pairs)
+      if (decoding() && dot16) {  // K read in place as pairs (simd.hpp's decode_scores_pairs)
         if constexpr (T::micro && std::is_same_v<S, bf16>)
           attn::simd().decode_scores_pairs(reinterpret_cast<const std::uint32_t*>(Q_i) + rs.first * dp, rs.size(),
                                            &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale, w.S_ij + rs.first * cols,
                                            &in.v(blk.b, blk.hk, j0, 0), d_v);
-      } else if (decoding(blk)) {
+      } else if (decoding()) {
         if constexpr (T::decode_capable)
           T::decode_scores(Q_i + rs.first * d_k, rs.size(), &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale,
                            w.S_ij + rs.first * cols, &in.v(blk.b, blk.hk, j0, 0), d_v);
@@ -334,6 +352,23 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_)
         mask_row_if_partial(w.S_ij + r_ * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
       visit(j0, cols, rs);
+    };
+    if (j_begin >= j_end) return;  // (an item with no keys: its first tile would start before j_begin)
+    const MaskView::Range seq = sequence_keys[blk.b];
+    for (std::size_t g0 = j_begin / B_c * B_c; g0 < j_end; g0 += B_c) {
+      const std::size_t t0 = std::max(g0, seq.begin), width = std::min(g0 + B_c, seq.end) - t0;
+      // runs of adjacent positions that take the tile alike
+      for (std::size_t first = 0, last = 0; first < blk.positions; first = last) {
+        const Take how = take(blk, first, t0, width);
+        for (last = first + 1; last < blk.positions && take(blk, last, t0, width) == how;) ++last;
+        if (how == Take::whole) tile(t0, width, {first, last});
+        if (how != Take::narrowed) continue;
+        for (std::size_t j0 = t0; j0 < t0 + width; j0 += narrow) {
+          const std::size_t cols = std::min(narrow, t0 + width - j0);
+          const RowSpan pos = rows_seeing(mask, blk.b, blk.i0 + first, last - first, j0, cols);
+          if (pos.size() > 0) tile(j0, cols, {first + pos.first, first + pos.last});
+        }
+      }
     }
   };
 
@@ -344,12 +379,16 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     const Block blk = block_of(x / p.splits);
     const std::size_t split = x % p.splits, rows = blk.positions * g;
     const A* Q_i = load_q(blk, q_buf);
-    // Keys [lo, hi) some query of the block may see, in key tiles; this split's share of them.
+    // This split's chunk of the key tiles its sequence's rows may see
+    // (the same chunks for every block of the sequence, so
+    // that a row's chunks do not follow its block either), within the keys
+    // [lo, hi) some query of the block may see.
     const auto [lo, hi] = block_keys(mask, blk.b, blk.i0, blk.positions, n_kv);
-    const std::size_t tiles = (hi - lo + B_c - 1) / B_c;
+    const auto [s_lo, s_hi] = sequence_keys[blk.b];
+    const std::size_t t_lo = s_lo / B_c, tiles = s_hi > s_lo ? (s_hi + B_c - 1) / B_c - t_lo : 0;
     const std::size_t chunks = p.chunks(tiles);
-    const std::size_t j_begin = split < chunks ? std::min(hi, lo + tiles * split / chunks * B_c) : hi;
-    const std::size_t j_end = split < chunks ? std::min(hi, lo + tiles * (split + 1) / chunks * B_c) : hi;
+    const std::size_t j_begin = split < chunks ? std::max(lo, (t_lo + tiles * split / chunks) * B_c) : hi;
+    const std::size_t j_end = split < chunks ? std::min(hi, (t_lo + tiles * (split + 1) / chunks) * B_c) : hi;
     // The sink starts each row (in the first split) as a key of score sink_h
     // and value 0: m_i = sink_h, l_i = 1 (without a sink, -inf and 0).
     for (std::size_t r_ = 0; r_ < rows; ++r_) {
@@ -399,11 +438,11 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         }
       }
       // O_i += P~_ij V_j
-      if (decoding(blk) && dot16) {  // P~ as bf16 pairs, V read in place (simd.hpp's decode_pv_pairs)
+      if (decoding() && dot16) {  // P~ as bf16 pairs, V read in place (simd.hpp's decode_pv_pairs)
         if constexpr (T::micro && std::is_same_v<S, bf16>)
           attn::simd().decode_pv_pairs(p_pairs + rs.first * ((cols + 1) / 2), rs.size(), &in.v(blk.b, blk.hk, j0, 0),
                                        cols, d_v, O_i + rs.first * d_v);
-      } else if (decoding(blk)) {
+      } else if (decoding()) {
         if constexpr (T::decode_capable)
           T::decode_pv(S_ij + rs.first * cols, rs.size(), &in.v(blk.b, blk.hk, j0, 0), cols, d_v, O_i + rs.first * d_v);
       } else if (dot16) {  // P~ as bf16 pairs (exp_pairs_bf16 above), bf16 dot products with V's pairs

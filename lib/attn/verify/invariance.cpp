@@ -413,6 +413,21 @@ Outcome gqa(const Subject& s, std::uint64_t seed) {
   Compare c(o);
   c.pair("grouped (H_kv = 2) vs K/V repeated (H_kv = 4)", in);
   c.rows(s, grouped, 0, 0, multi, 0, 0, N);
+  // Under a sliding window of W keys (where the backend has one): the first
+  // key a block's rows see is no longer key 0 and follows the block's first
+  // position, which a backend that stacks the g heads in one block places
+  // elsewhere than the repeated heads' blocks (streaming: B_q / g positions
+  // against B_q).
+  constexpr std::size_t W = 100;
+  Options window;
+  window.mask = mask::SlidingWindow{W};
+  try {
+    const Side w_grouped = run(s, in, d_out, window), w_multi = run(s, repeated, d_out, window);
+    c.pair("under a sliding window of " + std::to_string(W) + " keys, grouped vs K/V repeated", in);
+    c.rows(s, w_grouped, 0, 0, w_multi, 0, 0, N);
+  } catch (const Unsupported& e) {
+    o.note = std::string("the sliding window not compared: ") + e.what();
+  }
   // A decode step likewise, over 2060 keys: a last tile of 12 keys past a
   // multiple of 16, so that the decode kernels sum some of its keys with the
   // other keys of a row group of 2 and alone for a group of 1.
@@ -455,8 +470,8 @@ const std::vector<Invariance>& invariances() {
        "split-KV: 2 positions over 4100 keys in one chunk against the backend's own split count and against 3",
        true, false, key_split},
       {"gqa", "GQA = repeated K/V",
-       "grouped K/V heads against the same heads repeated, and a decode step over 2060 keys likewise (backward: "
-       "dQ)",
+       "grouped K/V heads against the same heads repeated (causal, and under a sliding window of 100 keys where the "
+       "backend has one), and a decode step over 2060 keys likewise (backward: dQ)",
        true, true, gqa},
   };
   return table;
