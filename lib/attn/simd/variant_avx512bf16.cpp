@@ -6,7 +6,7 @@
 // least sqrt(2) times the fp32 FMA rate (simd.hpp, bf16_dot_min_ratio).
 #define ATTN_SIMD_ID avx512bf16
 #define ATTN_SIMD_NAME "avx512bf16"
-#define ATTN_SIMD_BLOCK_Q 256
+#define ATTN_SIMD_BLOCK_Q 512
 #define ATTN_SIMD_BLOCK_K 256  // the avx512 variant's tiles (its comment)
 #define ATTN_SIMD_BACKWARD_BLOCK_Q 96
 #define ATTN_SIMD_BACKWARD_BLOCK_K 256  // the avx512 variant's (its comment)

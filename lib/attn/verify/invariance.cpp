@@ -58,10 +58,12 @@ std::optional<Outcome> check_into(Json& cell, const Invariance& inv, const Subje
 
 namespace {
 
-// The problems' sizes: N = 300 positions is more than one tile of every
-// backend's default blocks in both passes (streaming's forward 256 x 256,
-// backward 96 x 256 on AVX-512 and 64 x 96 on AVX2, the BLAS backends'
-// 64-row blocks), with two query heads per K/V head (grouped) and d = 32.
+// The problems' sizes: N = 300 positions is more than one key tile of every
+// backend's default blocks in both passes (streaming's forward B_k = 256 on
+// AVX-512 and 96 on AVX2, whose B_q = 512 stacks 256 positions of two heads
+// in a block, so that grouped and repeated heads' blocks differ; backward
+// 96 x 256 and 64 x 96; the BLAS backends' 64-row blocks), with two query
+// heads per K/V head (grouped) and d = 32.
 constexpr std::size_t N = 300, D = 32, H = 4, H_KV = 2;
 // A chunk boundary that is no multiple of any block size.
 constexpr std::size_t C = 100;
