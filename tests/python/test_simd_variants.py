@@ -18,13 +18,12 @@ import os
 import subprocess
 import tempfile
 
+from attention_lab.mutation.catalogue import STREAMING_BITWISE
 from checklib import Checks
 from paths import AGREEMENT_TEST as AGREEMENT, ATTN_LAB, PROPS, UNIT_TEST as UNIT
 
 # the property cases of each forced variant (meson option rc_variant_params, through tests/meson.build)
 RC_PARAMS = os.environ.get("ATTN_RC_VARIANT_PARAMS", "seed=20261129 max_success=12")
-# the invariances streaming documents as bitwise (README; scripts/mutate's check-invariance stage)
-INVARIANT = "run_to_run,threads,batch,gqa"
 
 
 def run(cmd, simd, extra_env=None, timeout=1800):
@@ -67,9 +66,9 @@ def test_every_executable_variant_passes_and_the_others_refuse():
         # streaming's documented bitwise invariances hold under this variant's own block sizes too (the AVX2
         # variant's B_q = 512 > B_k = 96 once broke the GQA one while the default variant's held)
         with tempfile.TemporaryDirectory() as tmp:
-            r = run([ATTN_LAB, "invariance", "--backend", "streaming", "--profile", "smoke", "--only", INVARIANT,
-                     "--require-bitwise", INVARIANT, "--out", os.path.join(tmp, "inv.json")], vid)
-        print(f"{vid}: streaming invariance {INVARIANT}: exit {r.returncode}")
+            r = run([ATTN_LAB, "invariance", "--backend", "streaming", "--profile", "smoke", "--only", STREAMING_BITWISE,
+                     "--require-bitwise", STREAMING_BITWISE, "--out", os.path.join(tmp, "inv.json")], vid)
+        print(f"{vid}: streaming invariance {STREAMING_BITWISE}: exit {r.returncode}")
         checks.record(r.returncode == 0, f"{vid}: streaming's invariances not bitwise:\n{r.stdout[-3000:]}\n"
                                          f"{r.stderr[-2000:]}")
 

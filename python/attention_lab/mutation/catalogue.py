@@ -27,6 +27,10 @@ class Mutant:
     simd: str = ""
 
 
+# The invariances streaming documents as bitwise (docs/verification.md, the invariance matrix): scripts/mutate's
+# check-invariance stage and simd_variants (under each forced variant) require them.
+STREAMING_BITWISE = "run_to_run,threads,batch,gqa"
+
 ST = "lib/attn/backends/streaming.cpp"
 SLAB = "lib/attn/backends/slab_kernel.hpp"
 MICRO = "lib/attn/backends/microkernel.cpp"
