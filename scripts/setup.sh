@@ -106,8 +106,8 @@ attn_build_asan() {
            python3 -c 'import json, sys; print(json.load(sys.stdin)["simd"]["in_use"])' 2>/dev/null) || in_use=""
   case "$in_use" in
     baseline) ;;
-    avx2|avx512|avx512bf16) variants="['$in_use']" ;;
-    *) variants="['avx2', 'avx512', 'avx512bf16']" ;;  # no main build to ask: every variant
+    avx2|avx512|avx512bf16|avx512amx) variants="['$in_use']" ;;
+    *) variants="['avx2', 'avx512', 'avx512bf16', 'avx512amx']" ;;  # no main build to ask: every variant
   esac
   if [ ! -f build-asan/build.ninja ]; then
     meson setup build-asan "${ATTN_ASAN_OPTIONS[@]}" "${ATTN_ASAN_RC[@]}" "-Dsimd_variants=$variants"

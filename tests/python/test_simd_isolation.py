@@ -27,7 +27,8 @@ from paths import build
 ALLOWED_PREFIXES = ("attn::simd_kernels::", "__odr_asan.")
 ALLOWED = {"DW.ref.__gxx_personality_v0"}
 # The xsimd architecture type each variant is compiled for (lib/meson.build's flags).
-VARIANT_ARCH = {"avx2": "xsimd::fma3<xsimd::avx2>", "avx512": "xsimd::avx512bw", "avx512bf16": "xsimd::avx512bw"}
+VARIANT_ARCH = {"avx2": "xsimd::fma3<xsimd::avx2>", "avx512": "xsimd::avx512bw", "avx512bf16": "xsimd::avx512bw",
+                "avx512amx": "xsimd::avx512bw"}
 
 
 def test_variant_objects_define_only_their_own_kernels():

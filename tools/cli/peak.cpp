@@ -21,8 +21,8 @@ int run(const Args& args) {
   std::printf("fp32 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp32_fma_gflops_core, p.fp32_fma_gflops_all);
   std::printf("fp64 FMA         %8.1f GFLOP/s per core, %8.1f all cores\n", p.fp64_fma_gflops_core, p.fp64_fma_gflops_all);
   if (p.bf16_dot_gflops_core)
-    std::printf("bf16 dot product %8.1f GFLOP/s per core, %8.1f all cores (AVX512_BF16, fp32 accumulation; %s)\n",
-                *p.bf16_dot_gflops_core, *p.bf16_dot_gflops_all,
+    std::printf("bf16 dot product %8.1f GFLOP/s per core, %8.1f all cores (%s, fp32 accumulation; %s)\n",
+                *p.bf16_dot_gflops_core, *p.bf16_dot_gflops_all, p.bf16_dot_instruction.c_str(),
                 p.bf16_dot_in_use ? "the kernels in use multiply bf16 with it" : "not used: bf16 is widened to fp32");
   else
     std::printf("bf16 dot product none (this CPU has no AVX512_BF16)\n");
@@ -48,7 +48,8 @@ extern const Command peak_command = {
     "                             this machine's measured peaks (about half a minute)\n",
     R"(attn-lab peak [--json] [--out FILE] [--quick]: this machine's measured peaks: FMA GFLOP/s (fp32,
 fp64) for one thread and all, the bf16 dot product's where the CPU has AVX512_BF16 (null in the
-JSON where not; bf16_dot_in_use: whether the kernels in use multiply bf16 with it), AVX512_FP16's FMA on
+JSON where not; bf16_dot_instruction: vdpbf16ps, or TDPBF16PS on AMX tiles where the CPU and OS give them;
+bf16_dot_in_use: whether the kernels in use multiply bf16 with it), AVX512_FP16's FMA on
 one core where the CPU has it (fp16 accumulation: no kernel uses it; null where not), single-thread BLAS GEMM at n = 1024 and 2048, the two GEMMs of
 one attention head at n = 4096 (d = 64, 128), stream triad bandwidth, read bandwidth (a sum over
 256 MiB per thread, prefetched 4 KiB ahead as the decode kernels prefetch: the ceiling of a decode step reading

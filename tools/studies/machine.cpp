@@ -62,11 +62,12 @@ double fma_gflops_all(unsigned cores) {
   return sum;
 }
 
-// The bf16 dot-product peak: the avx512bf16 variant's probe (simd.hpp's dot_chains_bf16: vdpbf16ps, 64 FLOPs
-// an instruction), the ceiling of a kernel that multiplies in bf16 and accumulates in fp32, measured wherever
-// the CPU executes that variant, whether or not the kernels in use are its (simd.cpp chooses them by this
-// rate over the FMA's).
+// The bf16 dot-product peak: the probe (simd.hpp's dot_chains_bf16) of the variant in use where it has bf16
+// dot products, else of the widest this CPU executes that has them (avx512amx: TDPBF16PS on AMX tiles;
+// avx512bf16: vdpbf16ps), the ceiling of a kernel that multiplies in bf16 and accumulates in fp32, measured
+// whether or not the kernels in use are that variant's (simd.cpp chooses them by this rate over the FMA's).
 const SimdKernels* bf16_dot_kernels() {
+  if (simd().dot_chains_bf16) return &simd();
   for (const SimdVariant& v : simd_variants())
     if (v.executable && v.kernels->dot_chains_bf16) return v.kernels;
   return nullptr;
@@ -77,10 +78,10 @@ bool has_bf16_dot() { return bf16_dot_kernels() != nullptr; }
 std::optional<double> bf16_dot_gflops_one_thread() {
   const SimdKernels* k = bf16_dot_kernels();
   if (!k) return std::nullopt;
-  const long iters = long(640'000'000 / (k->lanes_f32() * k->peak_chains));
+  const long iters = long(2.56e9 / k->dot_chains_flops);  // 2.56 GFLOPs a probe
   volatile double sink = 0;
   const double seconds = best_seconds(5, [&] { sink = sink + k->dot_chains_bf16(iters); });
-  return 4.0 * double(k->lanes_f32() * k->peak_chains) * double(iters) / seconds / 1e9;
+  return k->dot_chains_flops * double(iters) / seconds / 1e9;
 }
 
 #if defined(__x86_64__)
@@ -236,6 +237,8 @@ MachinePeak measure_peak(PeakEffort effort) {
   p.simd = simd_summary();
   p.fma_chains = simd().peak_chains;
   p.bf16_dot_in_use = simd().gemm_bf16 != nullptr;
+  if (const SimdKernels* k = bf16_dot_kernels())
+    p.bf16_dot_instruction = k->id == "avx512amx" ? "AMX-BF16 tiles, TDPBF16PS" : "AVX512_BF16, vdpbf16ps";
   p.cpu = cpuinfo("model name");
   p.cpu_flags = cpuinfo("flags");
   p.fp32_fma_gflops_core = fma_gflops_one_thread<float>();
@@ -295,6 +298,7 @@ Json to_json(const MachinePeak& p) {
           {"bf16_dot_gflops_core", p.bf16_dot_gflops_core ? Json(*p.bf16_dot_gflops_core) : Json(nullptr)},
           {"bf16_dot_gflops_all", p.bf16_dot_gflops_all ? Json(*p.bf16_dot_gflops_all) : Json(nullptr)},
           {"bf16_dot_in_use", p.bf16_dot_in_use},
+          {"bf16_dot_instruction", p.bf16_dot_instruction.empty() ? Json(nullptr) : Json(p.bf16_dot_instruction)},
           {"fp16_fma_gflops_core", p.fp16_fma_gflops_core ? Json(*p.fp16_fma_gflops_core) : Json(nullptr)},
           {"sgemm_gflops_1024", p.sgemm_gflops_1024},
           {"sgemm_gflops_2048", p.sgemm_gflops_2048},

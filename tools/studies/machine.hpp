@@ -20,6 +20,7 @@ struct MachinePeak {
   // Whether the kernels in use multiply bf16 storage with it (simd.cpp: only where it pays); when not, a
   // bf16 rate is a fraction of the fp32 FMA peak.
   bool bf16_dot_in_use = false;
+  std::string bf16_dot_instruction;  // what the bf16 dot-product probe ran ("" where none)
   // AVX512_FP16's FMA on one core (fp16 products and sums: fp16 accumulation, which no kernel here uses);
   // none without the instruction.
   std::optional<double> fp16_fma_gflops_core;

@@ -4,6 +4,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#if defined(ATTN_SIMD_AVX512AMX)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "attn/core/error.hpp"
 
@@ -20,9 +25,31 @@ extern const SimdKernels kernels_avx512;
 #if defined(ATTN_SIMD_AVX512BF16)
 extern const SimdKernels kernels_avx512bf16;
 #endif
+#if defined(ATTN_SIMD_AVX512AMX)
+extern const SimdKernels kernels_avx512amx;
+#endif
 }  // namespace simd_kernels
 
 namespace {
+
+#if defined(ATTN_SIMD_AVX512AMX)
+// AMX with bf16 tiles: CPUID (leaf 7: AMX-BF16 EDX bit 22, AMX-TILE bit 24),
+// the tile state enabled by the OS (XCR0 bits 17 and 18), and Linux's grant
+// of that state to this process (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, process-wide, asked once: without it the first tile
+// instruction is a SIGILL). Neither compiler's __builtin_cpu_supports names
+// AMX in both GCC 12 and clang 14, hence CPUID.
+bool amx_usable() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE: xgetbv exists
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return false;
+  static const bool granted = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+  return granted;
+}
+#endif
 
 // The CPU (and OS: GCC's check includes the XSAVE state the registers need)
 // runs every feature named in `features`, a space-separated list of
@@ -46,6 +73,9 @@ bool cpu_supports(std::string_view features) {
     else if (f == "sse4.2") ok = __builtin_cpu_supports("sse4.2");
     else if (f == "popcnt") ok = __builtin_cpu_supports("popcnt");
     else if (f == "avx") ok = __builtin_cpu_supports("avx");
+#if defined(ATTN_SIMD_AVX512AMX)
+    else if (f == "amx-bf16") ok = amx_usable();  // with amx-tile and the OS's grant
+#endif
     if (!ok) return false;
     features.remove_prefix(std::min(end + 1, features.size()));
   }
@@ -69,6 +99,9 @@ std::vector<SimdVariant> detect() {
     const bool ok = cpu_supports(features);
     v.push_back({&k, ok, std::move(features)});
   };
+#if defined(ATTN_SIMD_AVX512AMX)
+  add(simd_kernels::kernels_avx512amx, "avx512f avx512bw avx512dq avx512vl avx512bf16 amx-bf16 fma f16c");
+#endif
 #if defined(ATTN_SIMD_AVX512BF16)
   add(simd_kernels::kernels_avx512bf16, "avx512f avx512bw avx512dq avx512vl avx512bf16 fma f16c");
 #endif
@@ -87,7 +120,7 @@ struct Choice {
   const SimdKernels* kernels = nullptr;
   bool forced = false;
   const SimdKernels* passed_over = nullptr;  // a wider variant whose bf16 dot products did not pay
-  std::optional<double> dot_ratio;           // their measured rate over the FMA's
+  std::optional<double> dot_ratio;  // the chosen variant's dot-product rate over the FMA's (else the passed-over one's)
 };
 
 // The bf16 dot product's rate over the fp32 FMA's on this core, from the
@@ -101,14 +134,15 @@ double dot_over_fma(const SimdKernels& k) {
     return std::chrono::duration<double>(clock::now() - t0).count();
   };
   const double lanes = double(k.lanes_f32()), chains = double(k.peak_chains);
-  constexpr long fma_iters = 100'000, dot_iters = 50'000;
+  constexpr long fma_iters = 100'000;
+  const long dot_iters = long(3.2e7 / k.dot_chains_flops) + 1;  // 50'000 steps of vdpbf16ps's
   double fma = 1e300, dot = 1e300;
   volatile double sink = 0;
   for (int round = 0; round < 5; ++round) {
     fma = std::min(fma, seconds([&] { sink = sink + k.fma_chains_f32(fma_iters); }));
     dot = std::min(dot, seconds([&] { sink = sink + k.dot_chains_bf16(dot_iters); }));
   }
-  return (4 * lanes * chains * double(dot_iters) / dot) / (2 * lanes * chains * double(fma_iters) / fma);
+  return (k.dot_chains_flops * double(dot_iters) / dot) / (2 * lanes * chains * double(fma_iters) / fma);
 }
 
 Choice choose() {
@@ -127,14 +161,15 @@ Choice choose() {
     throw Error("ATTN_SIMD=" + std::string(env) + ": no such kernel variant; compiled variants: " + names);
   }
   Choice c;
-  for (const auto& v : all) {
+  for (const auto& v : all) {  // each variant with dot products measured on its own probe
     if (!v.executable) continue;
-    if (v.kernels->dot_chains_bf16 && !c.dot_ratio) {
-      c.dot_ratio = dot_over_fma(*v.kernels);
-      if (!bf16_dots_pay(*c.dot_ratio, 1.0)) {
-        c.passed_over = v.kernels;
+    if (v.kernels->dot_chains_bf16) {
+      const double ratio = dot_over_fma(*v.kernels);
+      if (!bf16_dots_pay(ratio, 1.0)) {
+        if (!c.passed_over) c.passed_over = v.kernels, c.dot_ratio = ratio;
         continue;
       }
+      c.dot_ratio = ratio;
     }
     c.kernels = v.kernels;
     return c;

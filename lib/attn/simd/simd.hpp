@@ -8,6 +8,9 @@
 //   avx512    + -mavx512f/bw/dq/vl                 (x86-64 only)
 //   avx512bf16 + -mavx512bf16: the avx512 kernels plus bf16 dot products
 //             (vdpbf16ps) for bf16 storage's Q K^T and P V (x86-64 only)
+//   avx512amx  + -mamx-tile -mamx-bf16: the avx512bf16 kernels with gemm_bf16
+//             on AMX tiles (TDPBF16PS; x86-64 Linux only: the OS must grant
+//             the process the tile state, which detection requests)
 // ATTN_SIMD=<id> forces a variant (tests run the properties on each one the
 // CPU executes); an unknown id, or one this CPU cannot execute, is an Error.
 // Only these kernels are compiled per target; everything else in the
@@ -26,7 +29,7 @@
 namespace attn {
 
 struct SimdKernels {
-  std::string_view id;    // baseline, avx2, avx512, avx512bf16: what ATTN_SIMD takes
+  std::string_view id;    // baseline, avx2, avx512, avx512bf16, avx512amx: what ATTN_SIMD takes
   std::string_view arch;  // xsimd's name of the instruction set compiled for
   std::size_t vector_bytes = 0;  // one vector register
   std::size_t registers = 0;     // vector registers the target has
@@ -105,8 +108,9 @@ struct SimdKernels {
   double (*fma_chains_f32)(long iters) = nullptr;
   double (*fma_chains_f64)(long iters) = nullptr;
 
-  // bf16 dot products (the avx512bf16 variant, AVX512_BF16's vdpbf16ps;
-  // null in every other variant). Operands are pairs of bf16 values, one
+  // bf16 dot products (the avx512bf16 variant, AVX512_BF16's vdpbf16ps, and
+  // the avx512amx variant, whose gemm_bf16 runs on AMX tiles; null in every
+  // other variant). Operands are pairs of bf16 values, one
   // 32-bit word each (low half first), padded with 0:
   //   pack_keys_bf16:   K [rows, d] as B = K^T in panels of `panel` keys,
   //                     panel j0 at out + j0 ceil(d/2): row p holds the keys'
@@ -136,10 +140,13 @@ struct SimdKernels {
                               std::size_t d, float scale, float* s, const bf16* v, std::size_t d_v) = nullptr;
   void (*decode_pv_pairs)(const std::uint32_t* p, std::size_t rows, const bf16* v, std::size_t cols,
                           std::size_t d_v, float* o) = nullptr;
-  // fma_chains_f32's probe with vdpbf16ps (the avx512bf16 variant; null in
-  // the others): peak_chains chains, each step adding the products of two
-  // bf16 pairs per fp32 lane (4 * lanes * peak_chains * iters FLOPs).
+  // fma_chains_f32's probe with the bf16 dot product (null in variants
+  // without one): avx512bf16, vdpbf16ps on peak_chains chains, each step
+  // adding the products of two bf16 pairs per fp32 lane; avx512amx,
+  // TDPBF16PS on four 16 x 16 tiles. Each iteration does dot_chains_flops
+  // FLOPs (4 * lanes * peak_chains, and 4 x 16 x 16 x 32 x 2).
   double (*dot_chains_bf16)(long iters) = nullptr;
+  double dot_chains_flops = 0;
 
   std::size_t lanes_f32() const { return vector_bytes / 4; }
   std::size_t lanes_f64() const { return vector_bytes / 8; }
@@ -160,10 +167,11 @@ struct SimdVariant {
 const std::vector<SimdVariant>& simd_variants();
 // The variant in use: ATTN_SIMD's if set (Error if unknown or not executable
 // here), else the widest this CPU executes whose bf16 dot products (if it
-// has them) pay: the avx512bf16 variant only where its dot product measured
-// at least bf16_dot_min_ratio times the fp32 FMA rate on this core (a few
-// milliseconds of both probes, alternated, best of five each), else the
-// next (avx512), which widens bf16 to fp32. Chosen once.
+// has them) pay: a variant with them (avx512amx, avx512bf16) only where its
+// dot product measured at least bf16_dot_min_ratio times the fp32 FMA rate
+// on this core (a few milliseconds of both probes, alternated, best of five
+// each), else the next (down to avx512, which widens bf16 to fp32). Chosen
+// once.
 const SimdKernels& simd();
 // How many times the fp32 FMA rate (FLOP/s) a bf16 dot-product variant must
 // reach to be chosen. Measured (attn-lab peak): 1.98x on an AMD EPYC of the

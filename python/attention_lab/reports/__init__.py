@@ -94,7 +94,7 @@ def index_report(peak, build, bench, command, stamp, readings, previous=None, sw
              f"this run): fp32 FMA {peak['fp32_fma_gflops_core']:.1f} GFLOP/s one "
              f"thread, {peak['fp32_fma_gflops_all']:.1f} all; fp64 {peak['fp64_fma_gflops_core']:.1f} / "
              f"{peak['fp64_fma_gflops_all']:.1f}; "
-             + (f"bf16 dot product (AVX512_BF16) {peak['bf16_dot_gflops_core']:.1f} / {peak['bf16_dot_gflops_all']:.1f}"
+             + (f"bf16 dot product ({peak.get('bf16_dot_instruction') or 'AVX512_BF16'}) {peak['bf16_dot_gflops_core']:.1f} / {peak['bf16_dot_gflops_all']:.1f}"
                 + ("" if runs.bf16_dots_in_use(peak) else " (not used: bf16 widened to fp32)") + "; "
                 if peak.get("bf16_dot_gflops_core") else "")
              + (f"fp16 FMA (AVX512_FP16, fp16 accumulation, no kernel uses it) {peak['fp16_fma_gflops_core']:.1f} one "

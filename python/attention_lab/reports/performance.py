@@ -128,11 +128,12 @@ def performance_report(rows, peak, bench, folder):
         ratio_target(f"{fused} fp32, d = {d}: causal speed-up (time ratio)", (fused, "fp32", 1, 1, d),
                      (fused, "fp32", 0, 1, d), bound["causal_speedup"]["min"])
     for p in ("bf16", "fp16"):
-        # bf16 where the kernels multiplied it with AVX512_BF16's dot product: the bf16 dot-product target
+        # bf16 where the kernels multiplied it with a bf16 dot product (vdpbf16ps or AMX tiles): the bf16 dot-product target
         key = "bf16_dot_over_fp32" if p == "bf16" and bf16_dots_in_use(peak) else "narrow_over_fp32"
         for d in (64, 128):
             ratio_target(f"{fused} {p} (fp32 accumulation), d = {d}: rate over fp32"
-                         + (" (AVX512_BF16 dot products)" if key == "bf16_dot_over_fp32" else ""),
+                         + (f" ({peak.get('bf16_dot_instruction') or 'AVX512_BF16'} dot products)"
+                            if key == "bf16_dot_over_fp32" else ""),
                          (fused, p, 0, 1, d), (fused, "fp32", 0, 1, d), bound[key]["min"])
     for b in blas:
         for d in (64, 128):
@@ -186,8 +187,9 @@ def performance_report(rows, peak, bench, folder):
     lines += target.table()
     lines += ["", "## Fraction of peak, every attn_h8 run", "",
               "Peak: the fp32 FMA peak, and for bf16 the bf16 dot product's where the kernels multiplied bf16 with "
-              "AVX512_BF16's dot product"
-              + (f" ({peak['bf16_dot_gflops_core']:.1f} GFLOP/s on one thread here)" if bf16_dots_in_use(peak)
+              "a bf16 dot product"
+              + (f" ({peak.get('bf16_dot_instruction') or 'AVX512_BF16'}: {peak['bf16_dot_gflops_core']:.1f} GFLOP/s "
+                 "on one thread here)" if bf16_dots_in_use(peak)
                  else f" (not here: {peak['simd']})") + "; threads x the one-thread peak.", "",
               "| backend | precision | causal | threads | d | ms per call (median) | GFLOP/s | 95% interval | of "
               "peak |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -298,7 +300,8 @@ def backward_performance(rows, fused, peak, target, peers, ratio_target, pairs):
     for p in ("bf16", "fp16"):
         for d in (64, 128):
             ratio_target(f"backward: {fused} {p} (fp32 accumulation), d = {d}, 1 thread: rate over fp32"
-                         + (" (AVX512_BF16 dot products)" if p == "bf16" and bf16_dots_in_use(peak) else ""),
+                         + (f" ({peak.get('bf16_dot_instruction') or 'AVX512_BF16'} dot products)"
+                            if p == "bf16" and bf16_dots_in_use(peak) else ""),
                          (fused, p, 0, 1, d), (fused, "fp32", 0, 1, d), bound["backward_narrow_over_fp32"]["min"],
                          "backward", at)
     for d in (64, 128):
