@@ -37,8 +37,8 @@ namespace {
 // the tile state enabled by the OS (XCR0 bits 17 and 18), and Linux's grant
 // of that state to this process (arch_prctl ARCH_REQ_XCOMP_PERM for
 // XFEATURE_XTILEDATA, process-wide, asked once: without it the first tile
-// instruction is a SIGILL). Neither compiler's __builtin_cpu_supports names
-// AMX in both GCC 12 and clang 14, hence CPUID.
+// instruction is a SIGILL). clang 14's __builtin_cpu_supports has no AMX
+// names (GCC 12's has) and no builtin asks for the grant, hence CPUID.
 bool amx_usable() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
