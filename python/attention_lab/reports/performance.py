@@ -106,17 +106,17 @@ def performance_report(rows, peak, bench, folder):
                f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
                lambda v, need=need: need <= v <= 1.0)
     peers = backends_with(bench, plugin=True)  # the outside kernels of this run (the peers among them)
-    for d in (64, 128):
-        # The fastest outside kernel at this point, by its median rate in this run (none: not measured).
-        timed = [p for p in peers if (p, "fp32", 0, 1, d) in h8]
-        fastest = max(timed, key=lambda p: rate((p, "fp32", 0, 1, d))["value"], default=None)
-        if fastest:
-            ratio_target(f"{fused} fp32, d = {d}, 1 thread: rate over the fastest outside CPU kernel of this run",
-                         (fused, "fp32", 0, 1, d), (fastest, "fp32", 0, 1, d),
-                         bound["forward_over_fastest_peer"]["min"], source=fastest)
-        else:
-            target(f"{fused} fp32, d = {d}, 1 thread: rate over the fastest outside CPU kernel of this run", None,
-                   f">= {bound['forward_over_fastest_peer']['min']:.2f}x", ratio, None)  # not measured
+    for prec, name in (("fp32", "fp32"), ("bf16", "bf16 (fp32 accumulation)")):
+        for d in (64, 128):
+            # The fastest outside kernel at this point, by its median rate in this run (none: not measured).
+            timed = [p for p in peers if (p, prec, 0, 1, d) in h8]
+            fastest = max(timed, key=lambda p: rate((p, prec, 0, 1, d))["value"], default=None)
+            label = f"{fused} {name}, d = {d}, 1 thread: rate over the fastest outside CPU kernel of this run"
+            if fastest:
+                ratio_target(label, (fused, prec, 0, 1, d), (fastest, prec, 0, 1, d),
+                             bound["forward_over_fastest_peer"]["min"], source=fastest)
+            else:
+                target(label, None, f">= {bound['forward_over_fastest_peer']['min']:.2f}x", ratio, None)  # not measured
     for b in blas:
         for d in (64, 128):
             ratio_target(f"{fused} fp32, d = {d}, 1 thread: rate over {b}", (fused, "fp32", 0, 1, d),
@@ -286,17 +286,17 @@ def backward_performance(rows, fused, peak, target, peers, ratio_target, pairs):
                + BESIDE[alt], est, f">= {pct(need)}", lambda v: of_peak(v * fp32_peak, fp32_peak),
                lambda v, need=need: need <= v <= 1.0)
     # (peers: the outside kernels of this run, backends_with(bench, plugin=True))
-    for d in (64, 128):
-        # The fastest outside backward at this point (PyTorch's CPU flash kernel's among the peers).
-        timed = [p for p in peers if (p, "fp32", 0, 1, d) in at]
-        fastest = max(timed, key=lambda p: rate((p, "fp32", 0, 1, d))["value"], default=None)
-        if fastest:
-            ratio_target(f"backward: {fused} fp32, d = {d}, 1 thread: rate over the fastest outside backward of this "
-                         "run", (fused, "fp32", 0, 1, d), (fastest, "fp32", 0, 1, d),
-                         bound["backward_over_fastest_peer"]["min"], "backward", at, fastest)
-        else:
-            target(f"backward: {fused} fp32, d = {d}, 1 thread: rate over the fastest outside backward of this run",
-                   None, f">= {bound['backward_over_fastest_peer']['min']:.2f}x", ratio, None)  # not measured
+    for prec, name in (("fp32", "fp32"), ("bf16", "bf16 (fp32 accumulation)")):
+        for d in (64, 128):
+            # The fastest outside backward at this point (PyTorch's CPU flash kernel's among the peers).
+            timed = [p for p in peers if (p, prec, 0, 1, d) in at]
+            fastest = max(timed, key=lambda p: rate((p, prec, 0, 1, d))["value"], default=None)
+            label = f"backward: {fused} {name}, d = {d}, 1 thread: rate over the fastest outside backward of this run"
+            if fastest:
+                ratio_target(label, (fused, prec, 0, 1, d), (fastest, prec, 0, 1, d),
+                             bound["backward_over_fastest_peer"]["min"], "backward", at, fastest)
+            else:
+                target(label, None, f">= {bound['backward_over_fastest_peer']['min']:.2f}x", ratio, None)  # not measured
     for p in ("bf16", "fp16"):
         for d in (64, 128):
             ratio_target(f"backward: {fused} {p} (fp32 accumulation), d = {d}, 1 thread: rate over fp32"
