@@ -84,9 +84,9 @@ extern const Command list_command = {
             simd (the vector kernel variant in use and every compiled one: instruction set,
             whether this CPU runs it, micro-kernel block, streaming tiles)
 The vector kernels are compiled for several instruction sets and chosen at run time: the
-widest this CPU executes (avx512bf16 only where its bf16 dot product measured at least sqrt(2)
-times the fp32 FMA rate; the summary says when it was passed over), or the one ATTN_SIMD names
-(baseline, avx2, avx512, avx512bf16).
+widest this CPU executes (avx512amx and avx512bf16 only where their bf16 dot product measured at
+least sqrt(2) times the fp32 FMA rate; the summary says when one was passed over), or the one
+ATTN_SIMD names (baseline, avx2, avx512, avx512bf16, avx512amx).
 
 examples:
   attn-lab list
