@@ -40,6 +40,8 @@ int run(const Args& args) {
                                                             std::to_string(v.kernels->nv) + " vectors"},
                                        {"block_q", v.kernels->block_q},
                                        {"block_k", v.kernels->block_k},
+                                       {"dot_block_q", v.kernels->dot_block_q ? v.kernels->dot_block_q : v.kernels->block_q},
+                                       {"dot_block_k", v.kernels->dot_block_k ? v.kernels->dot_block_k : v.kernels->block_k},
                                        {"bf16_dot", v.kernels->gemm_bf16 != nullptr}});
     print_json(j);
     return 0;
@@ -63,11 +65,17 @@ int run(const Args& args) {
   std::printf("accumulation: fp64, fp32, storage\n");
   std::printf("BLAS: %s\n", blas_info().c_str());
   std::printf("vector kernels: %s\n", simd_summary().c_str());
-  for (const SimdVariant& v : simd_variants())
+  for (const SimdVariant& v : simd_variants()) {
+    const SimdKernels& k = *v.kernels;
+    const std::string dot = !k.gemm_bf16 ? ""
+                            : k.dot_block_q ? ", bf16 dot products (tiles " + std::to_string(k.dot_block_q) + " x " +
+                                                  std::to_string(k.dot_block_k) + ")"
+                                            : ", bf16 dot products";
     std::printf("  %-10s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu%s: %s\n",
-                std::string(v.kernels->id).c_str(), std::string(v.kernels->arch).c_str(), v.kernels->vector_bytes,
-                v.kernels->registers, v.kernels->mr, v.kernels->nv, v.kernels->block_q, v.kernels->block_k,
-                v.kernels->gemm_bf16 ? ", bf16 dot products" : "", v.executable ? "runs here" : ("not on this CPU (needs " + v.requires_ + ")").c_str());
+                std::string(k.id).c_str(), std::string(k.arch).c_str(), k.vector_bytes, k.registers, k.mr, k.nv,
+                k.block_q, k.block_k, dot.c_str(),
+                v.executable ? "runs here" : ("not on this CPU (needs " + v.requires_ + ")").c_str());
+  }
   return 0;
 }
 

@@ -191,6 +191,12 @@ std::size_t partial_bytes(const Shape& s, const Plan& p) {
   return p.splits > 1 ? piece_bytes<A>(p.items * p.rows * s.d_v) + 2 * piece_bytes<A>(p.items * p.rows) : 0;
 }
 
+// The forward's tiles: the dot tiles (Streaming::block_q) for bf16 on gemm_bf16 beyond a decode step
+template <class S, class A>
+bool dot_tiles(const Shape& s) {
+  return Tiles<S, A>::dot_bf16() && s.n_q > 1;
+}
+
 template <class S, class A>
 std::size_t streaming_bytes(const Shape& s, const Options& opt, std::size_t block_q, std::size_t block_k) {
   const Plan p = plan<S, A>(s, opt, block_q, block_k);
@@ -210,10 +216,11 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   using T = Tiles<S, A>;
   const Shape sh = in.shape();
   const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
-  const std::size_t B_c = std::min(Streaming::block_k(opt), n_kv);
-  const Plan p = plan<S, A>(sh, opt, Streaming::block_q(opt), Streaming::block_k(opt));
+  const std::size_t block_q = Streaming::block_q(opt, dot_tiles<S, A>(sh)), block_k = Streaming::block_k(opt, dot_tiles<S, A>(sh));
+  const std::size_t B_c = std::min(block_k, n_kv);
+  const Plan p = plan<S, A>(sh, opt, block_q, block_k);
   const std::size_t R = p.rows, g = p.stack;  // g: heads stacked in a block
-  const std::size_t bytes = streaming_bytes<S, A>(sh, opt, Streaming::block_q(opt), Streaming::block_k(opt));
+  const std::size_t bytes = streaming_bytes<S, A>(sh, opt, block_q, block_k);
   check_workspace(Streaming::name, "a B_q x B_k tile per thread (and the split-KV partials)", bytes);
   Arena arena(ws, bytes);
   std::vector<Scratch<A>> scratch(p.workers);
@@ -818,7 +825,8 @@ Result<S> Streaming::run(const Inputs<S>& in, const Options& opt, Workspace& ws)
 
 template <class S, Accumulate P>
 std::size_t Streaming::workspace_bytes(const Shape& s, const Options& opt) {
-  return streaming_bytes<S, accumulate_t<S, P>>(s, opt, block_q(opt), block_k(opt));
+  using A = accumulate_t<S, P>;
+  return streaming_bytes<S, A>(s, opt, block_q(opt, dot_tiles<S, A>(s)), block_k(opt, dot_tiles<S, A>(s)));
 }
 
 template <class S, Accumulate P>

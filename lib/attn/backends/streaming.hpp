@@ -48,9 +48,14 @@ struct Streaming {
   template <class S, Accumulate P>
   static std::size_t backward_workspace_bytes(const Shape& s, const Options& opt);
 
-  // Defaults: the tiles measured for the vector kernels in use (attn/simd/simd.hpp).
-  static std::size_t block_q(const Options& opt) { return opt.block_q ? opt.block_q : simd().block_q; }
-  static std::size_t block_k(const Options& opt) { return opt.block_k ? opt.block_k : simd().block_k; }
+  // Defaults: the tiles measured for the vector kernels in use (attn/simd/simd.hpp);
+  // `dot`: bf16 storage on its dot products past a decode step, the variant's dot tiles where it has them.
+  static std::size_t block_q(const Options& opt, bool dot = false) {
+    return opt.block_q ? opt.block_q : dot && simd().dot_block_q ? simd().dot_block_q : simd().block_q;
+  }
+  static std::size_t block_k(const Options& opt, bool dot = false) {
+    return opt.block_k ? opt.block_k : dot && simd().dot_block_k ? simd().dot_block_k : simd().block_k;
+  }
   // The backward's: Options::block_q / block_k when set, else its own measured tiles.
   static std::size_t backward_block_q(const Options& opt) { return opt.block_q ? opt.block_q : simd().backward_block_q; }
   static std::size_t backward_block_k(const Options& opt) { return opt.block_k ? opt.block_k : simd().backward_block_k; }

@@ -39,6 +39,9 @@ struct SimdKernels {
   std::size_t panel = 0;  // nv * lanes: the column panel width of packed B
   // The streaming backend's tiles measured for this variant (docs/performance.md).
   std::size_t block_q = 0, block_k = 0;
+  // Its forward's tiles for bf16 storage on gemm_bf16 (the dot products) past a
+  // decode step, where measured apart (0: block_q, block_k).
+  std::size_t dot_block_q = 0, dot_block_k = 0;
   // Its backward pass's tiles: P and dS of B_q x B_k and K, V packed three
   // ways stay in L2 (variant_*.cpp: where each was measured; docs/performance.md).
   std::size_t backward_block_q = 0, backward_block_k = 0;
