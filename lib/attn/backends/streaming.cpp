@@ -281,6 +281,17 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   // longer query (B_q <= g, or block_q = 1): its rows are computed as the
   // rows of the same positions in a wider block are (the GQA invariance).
   auto decoding = [&] { return T::decode_capable && n_q == 1; };
+  // The bf16 dot products' scores beyond a decode step stay unscaled in S_ij
+  // (gemm_bf16 with alpha 1 stores whole tiles as they are: section 43 of
+  // docs/performance.md) and the softmax scales them as it reads them, to
+  // the same values: max_j fl(scale s_j) = fl(scale max_j s_j), rounding
+  // being monotone, for scale > 0; P~ = exp(fl(scale s) - m)
+  // (exp_pairs_bf16), the weights likewise; so the same bits as scaling
+  // first. Not where apply() must see scaled scores (soft-cap, ALiBi, bias,
+  // boolean masks).
+  const bool raw_scores = dot16 && !decoding() && !mask.elementwise() && scale > zero && std::isfinite(convert<double>(scale));
+  // A score of S_ij less m, as the softmax forms it (scaled first where raw_scores)
+  auto shifted = [&](A s_, A m_) -> A { return raw_scores ? A(A(s_ * scale) - m_) : A(s_ - m_); };
 
   // The block's rows of Q in A: the input itself when it is one head's rows in A.
   auto load_q = [&](const Block& blk, A* q_buf) -> const A* {
@@ -350,7 +361,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
           const SimdKernels& v = attn::simd();
           v.pack_keys_bf16(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, words(w.k_buf));
           v.gemm_bf16(reinterpret_cast<const std::uint32_t*>(Q_i) + rs.first * dp, dp, words(w.k_buf),
-                      w.S_ij + rs.first * cols, cols, rs.size(), cols, dp, scale, false);
+                      w.S_ij + rs.first * cols, cols, rs.size(), cols, dp, raw_scores ? 1.0f : scale, false);
         }
       } else {
         const A* K_j = T::load_k(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, w.k_buf);
@@ -410,7 +421,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         A* s = S_ij + r_ * cols;
         // m_new = max(m_i, rowmax(S_ij));  P~_ij = exp(S_ij - m_new)
-        const A m_new = std::max(m_i[r_], row_max(s, cols));
+        const A m_new = std::max(m_i[r_], raw_scores ? A(scale * row_max(s, cols)) : row_max(s, cols));
         if (!(m_new > minus_inf)) {  // every key so far masked: nothing to add (and no NaN)
           std::fill(s, s + cols, zero);
           if (dot16) std::fill_n(p_pairs + r_ * ((cols + 1) / 2), (cols + 1) / 2, 0u);
@@ -419,7 +430,8 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         // (bf16 dot products: P~ rounded to bf16 pairs in the same pass, for gemm_bf16)
         A row_sum;
         if constexpr (T::micro && std::is_same_v<S, bf16>)
-          row_sum = dot16 ? attn::simd().exp_pairs_bf16(s, cols, m_new, p_pairs + r_ * ((cols + 1) / 2))
+          row_sum = dot16 ? attn::simd().exp_pairs_bf16(s, cols, m_new, raw_scores ? scale : 1.0f,
+                                                        p_pairs + r_ * ((cols + 1) / 2))
                         : exp_shifted_sum(s, cols, m_new, /*simd=*/true);
         else
           row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);
@@ -539,7 +551,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
           const A* s = w.S_ij + r_ * cols;
           if (!(w.m_i[r_] > minus_inf)) continue;
           double* wt = &(*r.weights)(blk.b, head_of(blk, r_), query_of(blk, r_), j0);
-          for (std::size_t c = 0; c < cols; ++c) wt[c] = convert<double>(exp_of<A>(s[c] - w.m_i[r_]));
+          for (std::size_t c = 0; c < cols; ++c) wt[c] = convert<double>(exp_of<A>(shifted(s[c], w.m_i[r_])));
         }
       });
     });

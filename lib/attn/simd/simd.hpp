@@ -121,10 +121,12 @@ struct SimdKernels {
   //   pack_values_bf16: V [rows, d_v] as B in panels of `panel` columns, panel
   //                     c0 at out + c0 ceil(rows/2): row q holds the pairs
   //                     (V[2q, c], V[2q + 1, c])
-  //   exp_pairs_bf16:   one row's P~: s[j] -> exp(s[j] - m), returning their
-  //                     sum, exactly as exp_shifted_sum_f32 (the same values,
-  //                     the same sum), each rounded to bf16 (nearest even,
-  //                     subnormals flushed) into ceil(n/2) pairs at out
+  //   exp_pairs_bf16:   one row's P~: s[j] -> exp(scale s[j] - m) (product
+  //                     and difference each rounded), returning their sum,
+  //                     each rounded to bf16 (nearest even, subnormals
+  //                     flushed) into ceil(n/2) pairs at out; exactly as
+  //                     exp_shifted_sum_f32 on the scaled scores (the same
+  //                     values, the same sum)
   //   gemm_bf16:        C[m, n] = alpha A B (+ C when accumulate), A m rows of
   //                     kp pairs (lda words apart), B packed as above; each C
   //                     element one chain of dot-product steps over the pairs
@@ -132,7 +134,7 @@ struct SimdKernels {
   //                     flushed), then scaled once by alpha
   void (*pack_keys_bf16)(const bf16* src, std::size_t rows, std::size_t d, std::uint32_t* out) = nullptr;
   void (*pack_values_bf16)(const bf16* src, std::size_t rows, std::size_t d_v, std::uint32_t* out) = nullptr;
-  float (*exp_pairs_bf16)(float* s, std::size_t n, float m, std::uint32_t* out) = nullptr;
+  float (*exp_pairs_bf16)(float* s, std::size_t n, float m, float scale, std::uint32_t* out) = nullptr;
   void (*gemm_bf16)(const std::uint32_t* a, std::size_t lda, const std::uint32_t* bp, float* c, std::size_t ldc,
                     std::size_t m, std::size_t n, std::size_t kp, float alpha, bool accumulate) = nullptr;
   // A decode step's kernels (decode_scores_*, decode_pv_*) with these dot
