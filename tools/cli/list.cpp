@@ -42,6 +42,7 @@ int run(const Args& args) {
                                        {"block_k", v.kernels->block_k},
                                        {"dot_block_q", v.kernels->dot_block_q ? v.kernels->dot_block_q : v.kernels->block_q},
                                        {"dot_block_k", v.kernels->dot_block_k ? v.kernels->dot_block_k : v.kernels->block_k},
+                                       {"dot_strip_bytes", v.kernels->dot_strip_bytes},
                                        {"bf16_dot", v.kernels->gemm_bf16 != nullptr}});
     print_json(j);
     return 0;
@@ -69,7 +70,8 @@ int run(const Args& args) {
     const SimdKernels& k = *v.kernels;
     const std::string dot = !k.gemm_bf16 ? ""
                             : k.dot_block_q ? ", bf16 dot products (tiles " + std::to_string(k.dot_block_q) + " x " +
-                                                  std::to_string(k.dot_block_k) + ")"
+                                                  std::to_string(k.dot_block_k) +
+                                                  (k.dot_strip_bytes ? ", strips within " + std::to_string(k.dot_strip_bytes >> 10) + " KiB" : "") + ")"
                                             : ", bf16 dot products";
     std::printf("  %-10s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu%s: %s\n",
                 std::string(k.id).c_str(), std::string(k.arch).c_str(), k.vector_bytes, k.registers, k.mr, k.nv,

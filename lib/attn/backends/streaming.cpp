@@ -176,25 +176,41 @@ Plan plan(const Shape& s, const Options& opt, std::size_t block_q, std::size_t b
   return p;
 }
 
-// One worker's scratch (R rows of a block).
+// The forward's tiles: the dot tiles (Streaming::block_q) for bf16 on gemm_bf16 beyond a decode step
+template <class S, class A>
+bool dot_tiles(const Shape& s) {
+  return Tiles<S, A>::dot_bf16() && s.n_q > 1;
+}
+
+// The rows of a strip: on the dot tiles, a block's rows are taken a strip at
+// a time against each key tile, the strip's scores, softmax and P V in turn
+// (docs/performance.md, section 45), as many rows as keep a strip's scores
+// (fp32) and P~ pairs with the tile's packed K and V within the variant's
+// dot_strip_bytes, a multiple of 32 (the AMX blocks' rows), at least 32.
+// Elsewhere (or without dot_strip_bytes) the block's rows: one strip.
+template <class S, class A>
+std::size_t strip_rows(const Shape& s, std::size_t rows, std::size_t b_c) {
+  const std::size_t budget = attn::simd().dot_strip_bytes;
+  if (!dot_tiles<S, A>(s) || budget == 0) return rows;
+  const std::size_t packed = b_c * (s.d_k + s.d_v) * sizeof(bf16), per_row = b_c * (sizeof(float) + sizeof(bf16));
+  const std::size_t fit = budget > packed ? (budget - packed) / per_row / 32 * 32 : 0;
+  return std::min(rows, std::max<std::size_t>(32, fit));
+}
+
+// One worker's scratch (R rows of a block; the scores and P~ of a strip).
 template <class S, class A>
 std::size_t worker_bytes(const Shape& s, std::size_t rows, std::size_t b_c) {
-  return piece_bytes<A>(rows * b_c) + piece_bytes<A>(rows * s.d_v) + (is_native_float<A> ? 2 : 3) * piece_bytes<A>(rows) +
+  const std::size_t strip = strip_rows<S, A>(s, rows, b_c);
+  return piece_bytes<A>(strip * b_c) + piece_bytes<A>(rows * s.d_v) + (is_native_float<A> ? 2 : 3) * piece_bytes<A>(rows) +
          piece_bytes<A>(rows > 1 && Tiles<S, A>::micro && s.group() > 1 ? rows * s.d_k : widen_count<A, S>(rows * s.d_k)) +
          piece_bytes<A>(Tiles<S, A>::k_count(b_c, s.d_k)) + piece_bytes<A>(Tiles<S, A>::v_count(b_c, s.d_v)) +
-         (Tiles<S, A>::dot_bf16() ? piece_bytes<A>(rows * ((b_c + 1) / 2)) : 0);  // P~ as bf16 pairs
+         (Tiles<S, A>::dot_bf16() ? piece_bytes<A>(strip * ((b_c + 1) / 2)) : 0);  // P~ as bf16 pairs
 }
 
 // The partials of split-KV: per item, its rows' O / l and (m, l).
 template <class A>
 std::size_t partial_bytes(const Shape& s, const Plan& p) {
   return p.splits > 1 ? piece_bytes<A>(p.items * p.rows * s.d_v) + 2 * piece_bytes<A>(p.items * p.rows) : 0;
-}
-
-// The forward's tiles: the dot tiles (Streaming::block_q) for bf16 on gemm_bf16 beyond a decode step
-template <class S, class A>
-bool dot_tiles(const Shape& s) {
-  return Tiles<S, A>::dot_bf16() && s.n_q > 1;
 }
 
 template <class S, class A>
@@ -220,12 +236,13 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   const std::size_t B_c = std::min(block_k, n_kv);
   const Plan p = plan<S, A>(sh, opt, block_q, block_k);
   const std::size_t R = p.rows, g = p.stack;  // g: heads stacked in a block
+  const std::size_t strip = strip_rows<S, A>(sh, R, B_c);
   const std::size_t bytes = streaming_bytes<S, A>(sh, opt, block_q, block_k);
   check_workspace(Streaming::name, "a B_q x B_k tile per thread (and the split-KV partials)", bytes);
   Arena arena(ws, bytes);
   std::vector<Scratch<A>> scratch(p.workers);
   for (auto& w : scratch) {
-    w.S_ij = arena.take<A>(R * B_c);  // scores, then P~ of the current tile
+    w.S_ij = arena.take<A>(strip * B_c);  // scores, then P~ of the current tile (a strip's rows of it)
     w.O_i = arena.take<A>(R * d_v);   // unnormalised output of the query block
     w.m_i = arena.take<A>(R);         // running row max
     w.l_i = arena.take<A>(R);         // running sum of exp(S - m_i)
@@ -233,7 +250,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     w.q_buf = arena.take<A>(R > 1 && T::micro && sh.group() > 1 ? R * d_k : widen_count<A, S>(R * d_k));  // the block's rows of Q
     w.k_buf = arena.take<A>(T::k_count(B_c, d_k));
     w.v_buf = arena.take<A>(T::v_count(B_c, d_v));
-    w.p_pairs = T::dot_bf16() ? reinterpret_cast<std::uint32_t*>(arena.take<A>(R * ((B_c + 1) / 2))) : nullptr;
+    w.p_pairs = T::dot_bf16() ? reinterpret_cast<std::uint32_t*>(arena.take<A>(strip * ((B_c + 1) / 2))) : nullptr;
   }
   // split-KV partials of item x: O / l at part_o + x R d_v, m and l at part_m, part_l + x R
   A* part_o = p.splits > 1 ? arena.take<A>(p.items * R * d_v) : nullptr;
@@ -350,25 +367,33 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       if (decoding() && dot16) {  // K read in place as pairs (simd.hpp's decode_scores_pairs)
         if constexpr (T::micro && std::is_same_v<S, bf16>)
           attn::simd().decode_scores_pairs(reinterpret_cast<const std::uint32_t*>(Q_i) + rs.first * dp, rs.size(),
-                                           &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale, w.S_ij + rs.first * cols,
+                                           &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale, w.S_ij,
                                            &in.v(blk.b, blk.hk, j0, 0), d_v);
       } else if (decoding()) {
         if constexpr (T::decode_capable)
           T::decode_scores(Q_i + rs.first * d_k, rs.size(), &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale,
-                           w.S_ij + rs.first * cols, &in.v(blk.b, blk.hk, j0, 0), d_v);
+                           w.S_ij, &in.v(blk.b, blk.hk, j0, 0), d_v);
       } else if (dot16) {
         if constexpr (T::micro && std::is_same_v<S, bf16>) {
           const SimdKernels& v = attn::simd();
           v.pack_keys_bf16(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, words(w.k_buf));
-          v.gemm_bf16(reinterpret_cast<const std::uint32_t*>(Q_i) + rs.first * dp, dp, words(w.k_buf),
-                      w.S_ij + rs.first * cols, cols, rs.size(), cols, dp, raw_scores ? 1.0f : scale, false);
+          // strips of the rows, each its scores, softmax and P V in turn (the strip's scores stay in cache)
+          for (std::size_t first = rs.first; first < rs.last; first += strip) {
+            const RowSpan part{first, std::min(first + strip, rs.last)};
+            v.gemm_bf16(reinterpret_cast<const std::uint32_t*>(Q_i) + first * dp, dp, words(w.k_buf), w.S_ij, cols,
+                        part.size(), cols, dp, raw_scores ? 1.0f : scale, false);
+            for (std::size_t r_ = part.first; r_ < part.last; ++r_)
+              mask_row_if_partial(w.S_ij + (r_ - first) * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
+            visit(j0, cols, part);
+          }
+          return;
         }
       } else {
         const A* K_j = T::load_k(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, w.k_buf);
-        T::scores(Q_i + rs.first * d_k, K_j, w.S_ij + rs.first * cols, rs.size(), cols, d_k, scale);
+        T::scores(Q_i + rs.first * d_k, K_j, w.S_ij, rs.size(), cols, d_k, scale);
       }
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_)
-        mask_row_if_partial(w.S_ij + r_ * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
+        mask_row_if_partial(w.S_ij + (r_ - rs.first) * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
       visit(j0, cols, rs);
     };
     if (j_begin >= j_end) return;  // (an item with no keys: its first tile would start before j_begin)
@@ -417,21 +442,22 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     if constexpr (normalised) std::fill(c_i, c_i + rows, one);
     std::fill(O_i, O_i + rows * d_v, zero);
 
+    std::pair<std::size_t, std::size_t> packed_v{SIZE_MAX, 0};  // the key tile whose V is in v_buf (dot16)
     each_key_tile(blk, w, Q_i, j_begin, j_end, [&](std::size_t j0, std::size_t cols, RowSpan rs) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
-        A* s = S_ij + r_ * cols;
+        A* s = S_ij + (r_ - rs.first) * cols;
         // m_new = max(m_i, rowmax(S_ij));  P~_ij = exp(S_ij - m_new)
         const A m_new = std::max(m_i[r_], raw_scores ? A(scale * row_max(s, cols)) : row_max(s, cols));
         if (!(m_new > minus_inf)) {  // every key so far masked: nothing to add (and no NaN)
           std::fill(s, s + cols, zero);
-          if (dot16) std::fill_n(p_pairs + r_ * ((cols + 1) / 2), (cols + 1) / 2, 0u);
+          if (dot16) std::fill_n(p_pairs + (r_ - rs.first) * ((cols + 1) / 2), (cols + 1) / 2, 0u);
           continue;
         }
         // (bf16 dot products: P~ rounded to bf16 pairs in the same pass, for gemm_bf16)
         A row_sum;
         if constexpr (T::micro && std::is_same_v<S, bf16>)
           row_sum = dot16 ? attn::simd().exp_pairs_bf16(s, cols, m_new, raw_scores ? scale : 1.0f,
-                                                        p_pairs + r_ * ((cols + 1) / 2))
+                                                        p_pairs + (r_ - rs.first) * ((cols + 1) / 2))
                         : exp_shifted_sum(s, cols, m_new, /*simd=*/true);
         else
           row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);
@@ -459,21 +485,24 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       // O_i += P~_ij V_j
       if (decoding() && dot16) {  // P~ as bf16 pairs, V read in place (simd.hpp's decode_pv_pairs)
         if constexpr (T::micro && std::is_same_v<S, bf16>)
-          attn::simd().decode_pv_pairs(p_pairs + rs.first * ((cols + 1) / 2), rs.size(), &in.v(blk.b, blk.hk, j0, 0),
+          attn::simd().decode_pv_pairs(p_pairs, rs.size(), &in.v(blk.b, blk.hk, j0, 0),
                                        cols, d_v, O_i + rs.first * d_v);
       } else if (decoding()) {
         if constexpr (T::decode_capable)
-          T::decode_pv(S_ij + rs.first * cols, rs.size(), &in.v(blk.b, blk.hk, j0, 0), cols, d_v, O_i + rs.first * d_v);
+          T::decode_pv(S_ij, rs.size(), &in.v(blk.b, blk.hk, j0, 0), cols, d_v, O_i + rs.first * d_v);
       } else if (dot16) {  // P~ as bf16 pairs (exp_pairs_bf16 above), bf16 dot products with V's pairs
         if constexpr (T::micro && std::is_same_v<S, bf16>) {
           const SimdKernels& v = attn::simd();
           const std::size_t cp = (cols + 1) / 2;
-          v.pack_values_bf16(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, words(v_buf));
-          v.gemm_bf16(p_pairs + rs.first * cp, cp, words(v_buf), O_i + rs.first * d_v, d_v, rs.size(), d_v, cp, 1.0f,
+          if (packed_v != std::pair{j0, cols}) {  // once a tile, for all its strips
+            v.pack_values_bf16(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, words(v_buf));
+            packed_v = {j0, cols};
+          }
+          v.gemm_bf16(p_pairs, cp, words(v_buf), O_i + rs.first * d_v, d_v, rs.size(), d_v, cp, 1.0f,
                       true);
         }
       } else {
-        T::pv(S_ij + rs.first * cols, T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
+        T::pv(S_ij, T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
               rs.size(), cols, d_v);
       }
     });
@@ -548,7 +577,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       const auto [lo, hi] = block_keys(mask, blk.b, blk.i0, blk.positions, n_kv);
       each_key_tile(blk, w, load_q(blk, w.q_buf), lo, hi, [&](std::size_t j0, std::size_t cols, RowSpan rs) {
         for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
-          const A* s = w.S_ij + r_ * cols;
+          const A* s = w.S_ij + (r_ - rs.first) * cols;
           if (!(w.m_i[r_] > minus_inf)) continue;
           double* wt = &(*r.weights)(blk.b, head_of(blk, r_), query_of(blk, r_), j0);
           for (std::size_t c = 0; c < cols; ++c) wt[c] = convert<double>(exp_of<A>(shifted(s[c], w.m_i[r_])));

@@ -42,6 +42,9 @@ struct SimdKernels {
   // Its forward's tiles for bf16 storage on gemm_bf16 (the dot products) past a
   // decode step, where measured apart (0: block_q, block_k).
   std::size_t dot_block_q = 0, dot_block_k = 0;
+  // Their strips (streaming.cpp's strip_rows): a strip's scores and P~ with
+  // the key tile's packed K and V within this many bytes (0: no strips).
+  std::size_t dot_strip_bytes = 0;
   // Its backward pass's tiles: P and dS of B_q x B_k and K, V packed three
   // ways stay in L2 (variant_*.cpp: where each was measured; docs/performance.md).
   std::size_t backward_block_q = 0, backward_block_k = 0;

@@ -9,14 +9,17 @@
 #define ATTN_SIMD_NAME "avx512amx"
 #define ATTN_SIMD_BLOCK_Q 512
 #define ATTN_SIMD_BLOCK_K 256  // the avx512 variant's tiles (its comment), fp32's and fp16's here
-// bf16 on the tiles, beyond a decode step: swept on the first AMX machine
-// (B_q 64-512 x B_k 64-1024, d = 64 and 128, n = 4096, one thread, two
-// alternated rounds; docs/performance.md, section 42). 256 x 512 took 0.110-
-// 0.112 / 0.153-0.155 s (d = 64 / 128) where 512 x 256 took 0.126-0.128 /
-// 0.158-0.163; 192 x 768 was faster at d = 64 (0.105) but 12% slower under a
-// causal mask at d = 128, where 256 x 512 lost 5% (0.106 against 0.102).
-#define ATTN_SIMD_DOT_BLOCK_Q 256
-#define ATTN_SIMD_DOT_BLOCK_K 512
+// bf16 on the tiles, beyond a decode step: blocks of 1024 query rows taken
+// in strips (streaming.cpp's strip_rows) against key tiles of 1024: swept on
+// the first AMX machine (docs/performance.md, sections 42 and 45; B_q 256-
+// 2048, B_k 256-1024, strips of 32-256 rows, d = 64 and 128, n = 4096, one
+// thread, two rounds): the best strips kept a strip's scores and P~ with
+// the tile's packed K and V near 768 KiB of the 2 MiB L2 (64 rows at d =
+// 64, 32 at d = 128): 0.088 and 0.120-0.123 s where 256 x 512 without
+// strips took 0.104-0.105 and 0.142-0.146.
+#define ATTN_SIMD_DOT_BLOCK_Q 1024
+#define ATTN_SIMD_DOT_BLOCK_K 1024
+#define ATTN_SIMD_DOT_STRIP_BYTES (768 << 10)
 #define ATTN_SIMD_BACKWARD_BLOCK_Q 96
 #define ATTN_SIMD_BACKWARD_BLOCK_K 256  // the avx512 variant's (its comment)
 #include "attn/simd/variant.inc"

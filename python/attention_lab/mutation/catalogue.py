@@ -260,6 +260,12 @@ MUTANTS = [
            simd="avx512amx"),
     Mutant("amx-direct-row", SIMD, "_tile_stored(2, c + 16 * ldc, ldc_bytes);", "_tile_stored(2, c + 15 * ldc, ldc_bytes);",
            "a whole block's scores stored straight from the tiles: the second row tile one row up", simd="avx512amx"),
+    # the dot tiles' strips (streaming.cpp's strip_rows): a block's rows a strip at a time against each key tile
+    Mutant("strip-first-rows", ST, "(Q_i) + first * dp, dp, words(w.k_buf), w.S_ij, cols,",
+           "(Q_i) + rs.first * dp, dp, words(w.k_buf), w.S_ij, cols,",
+           "every strip of a block takes the first strip's rows of Q", simd="avx512amx"),
+    Mutant("strip-v-kept", ST, "if (packed_v != std::pair{j0, cols}) {", "if (packed_v.second != cols) {",
+           "V packed once a block: the next key tile of the same width keeps the last tile's V", simd="avx512amx"),
     # the forward's unscaled bf16 scores (streaming.cpp's raw_scores): the softmax applies the scale
     Mutant("raw-scores-exp-unscaled", SIMD, "_mm512_sub_ps(_mm512_mul_round_ps(_mm512_loadu_ps(x), by, nearest), shift)",
            "_mm512_sub_ps(_mm512_loadu_ps(x), shift)", "P~ = exp(s - m) of the unscaled scores: the scale lost in the exp",
