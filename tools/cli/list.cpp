@@ -92,7 +92,8 @@ extern const Command list_command = {
             backward pass, source: built-in or the plugin library's path), precisions (name, unit
             roundoff, largest finite value, default accumulation, bytes), accumulations, BLAS,
             simd (the vector kernel variant in use and every compiled one: instruction set,
-            whether this CPU runs it, micro-kernel block, streaming tiles)
+            whether this CPU runs it, micro-kernel block, streaming tiles, and for bf16 on the
+            dot products the variant's own tiles and strip budget where it has them)
 The vector kernels are compiled for several instruction sets and chosen at run time: the
 widest this CPU executes (avx512amx and avx512bf16 only where their bf16 dot product measured at
 least sqrt(2) times the fp32 FMA rate; the summary says when one was passed over), or the one
