@@ -191,7 +191,7 @@ bool dot_tiles(const Shape& s) {
 template <class S, class A>
 std::size_t strip_rows(const Shape& s, std::size_t rows, std::size_t b_c) {
   const std::size_t budget = attn::simd().dot_strip_bytes;
-  if (!dot_tiles<S, A>(s) || budget == 0) return rows;
+  if (!dot_tiles<S, A>(s) || budget == 0 || b_c == 0) return rows;  // (no keys: nothing to divide by)
   const std::size_t packed = b_c * (s.d_k + s.d_v) * sizeof(bf16), per_row = b_c * (sizeof(float) + sizeof(bf16));
   const std::size_t fit = budget > packed ? (budget - packed) / per_row / 32 * 32 : 0;
   return std::min(rows, std::max<std::size_t>(32, fit));
