@@ -291,6 +291,75 @@ TEST(VectorDotLanes, BitwiseTheScalarDefinition) {
   expect_dot_lanes_bitwise<fp16>(20261206);
 }
 
+// The bf16 backward's operands (simd.hpp: pack_pairs_t_bf16, pack_values_rounded_bf16, pairs_bf16), in
+// the variant in use (simd_variants runs this under each one; variants
+// without bf16 dot products have none), word for word against their
+// definitions: every combination of 1 .. 97 rows and 1 .. 130 columns below
+// (whole 16 x 16 blocks, panels of 64 and their tails), values over 2^-20 ..
+// 2^20 with both signs; one in eight fp32 values subnormal (the rounding
+// flushes them) and one in eight a midpoint between two bf16 values (ties
+// to even).
+TEST(Bf16Pairs, TheBackwardsOperandsAreTheirDefinitions) {
+  const SimdKernels& v = simd();
+  if (!v.pack_pairs_t_bf16) GTEST_SKIP() << "no bf16 dot products in " << simd_summary();
+  constexpr std::uint32_t seed = 20261205;
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> octave(-20, 20), kind(0, 7);
+  auto pair = [](std::uint16_t lo, std::uint16_t hi) { return std::uint32_t(lo) | std::uint32_t(hi) << 16; };
+  auto rounded = [](float x) -> std::uint16_t {  // nearest even, subnormals flushed to a zero of their sign
+    if (std::fabs(x) < std::numeric_limits<float>::min()) return std::uint16_t(std::signbit(x) ? 0x8000u : 0u);
+    return bf16(x).bits;
+  };
+  std::size_t checked = 0;
+  for (std::size_t rows : {1, 2, 3, 31, 32, 33, 64, 97})
+    for (std::size_t n : {1, 15, 16, 17, 64, 70, 130}) {
+      const std::size_t kp = (rows + 1) / 2, kn = (n + 1) / 2;
+      std::vector<bf16> m(rows * n);
+      std::vector<float> x(rows * n);
+      for (std::size_t e = 0; e < rows * n; ++e) {
+        m[e] = bf16(std::ldexp(normal(rng), octave(rng)));
+        const int k = kind(rng);
+        const float base = float(std::ldexp(normal(rng), octave(rng)));
+        x[e] = k == 0 ? base * 0x1p-140f  // subnormal
+               : k == 1 ? std::bit_cast<float>((std::bit_cast<std::uint32_t>(base) & 0xFFFF0000u) | 0x8000u)  // a tie
+                        : base;
+      }
+      auto m_at = [&](std::size_t r, std::size_t c) -> std::uint16_t { return r < rows ? m[r * n + c].bits : 0; };
+      auto x_at = [&](std::size_t r, std::size_t c) -> std::uint16_t { return r < rows ? rounded(x[r * n + c]) : 0; };
+      // A = M^T: row c, pair q
+      std::vector<std::uint32_t> a(n * kp, 0xDEADBEEFu);
+      v.pack_pairs_t_bf16(m.data(), rows, n, a.data());
+      for (std::size_t c = 0; c < n; ++c)
+        for (std::size_t q = 0; q < kp; ++q)
+          ASSERT_EQ(a[c * kp + q], pair(m_at(2 * q, c), m_at(2 * q + 1, c)))
+              << "pack_pairs_t_bf16, rows " << rows << ", d " << n << ", column " << c << ", pair " << q;
+      // B in pack_values_bf16's layout from fp32, rounded
+      std::vector<std::uint32_t> b(kp * n, 0xDEADBEEFu);
+      v.pack_values_rounded_bf16(x.data(), rows, n, n, b.data());
+      for (std::size_t c0 = 0; c0 < n; c0 += v.panel) {
+        const std::size_t w = std::min(v.panel, n - c0);
+        for (std::size_t q = 0; q < kp; ++q)
+          for (std::size_t c = c0; c < c0 + w; ++c)
+            ASSERT_EQ(b[c0 * kp + q * w + (c - c0)], pair(x_at(2 * q, c), x_at(2 * q + 1, c)))
+                << "pack_values_rounded_bf16, rows " << rows << ", n " << n << ", column " << c << ", pair " << q;
+      }
+      // rows of pairs (ld past them untouched)
+      const std::size_t ld = kn + 3;
+      std::vector<std::uint32_t> r(rows * ld, 0xDEADBEEFu);
+      v.pairs_bf16(x.data(), rows, n, n, r.data(), ld);
+      for (std::size_t i = 0; i < rows; ++i) {
+        for (std::size_t p = 0; p < kn; ++p)
+          ASSERT_EQ(r[i * ld + p], pair(rounded(x[i * n + 2 * p]), 2 * p + 1 < n ? rounded(x[i * n + 2 * p + 1]) : 0))
+              << "pairs_bf16, rows " << rows << ", n " << n << ", row " << i << ", pair " << p;
+        for (std::size_t p = kn; p < ld; ++p) ASSERT_EQ(r[i * ld + p], 0xDEADBEEFu) << "pairs_bf16 wrote past its row";
+      }
+      checked += 3 * rows * n;
+    }
+  std::printf("bf16 backward operands: %zu values word for word (seed %u, %s)\n", checked, seed,
+              std::string(simd_summary()).c_str());
+}
+
 // The soft-cap's tanh (problem.hpp softcap_row with c = 1, vector kernel and
 // scalar tail, and the scalar path of the naive backend) against an exact
 // tanh (long double's for float and double) within softcap_tanh_ulps units

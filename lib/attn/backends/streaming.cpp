@@ -627,11 +627,22 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 // every product reads them from there, the packed B operands of dK and dV
 // included (before, those were packed from storage again per key tile:
 // fp16's backward ran at 0.95x fp32's, docs/performance.md section 25).
-// bf16 storage where the avx512bf16 variant is in use (Tiles::dot_bf16) forms
-// S = Q K^T and dP = dO V^T as bf16 dot products on Q, K, dO and V as
-// stored (exact products, fp32 sums, subnormals flushed: the forward's
-// Result::rounding, which the gradients' bounds take, says so; P is not
-// rounded here); the other three products read P and dS in fp32.
+// bf16 storage where a variant with bf16 dot products is in use
+// (Tiles::dot_bf16) forms all five products as bf16 dot products (exact
+// products, fp32 sums, subnormals flushed): S = Q K^T and dP = dO V^T on Q,
+// K, dO and V as stored; dV and dK transposed, dV_j^T += dO_i^T P and dK_j^T
+// += Q_i^T dS (so P and dS are the B operands, packed as they are made, and
+// dO_i and Q_i the A operands), and dQ_i += dS K_j, with P and dS rounded to
+// bf16 first (as PyTorch's bf16 backward rounds them): Gradients::rounding
+// says so and the gradients' bounds take it (verify/metrics.hpp). dV, dK
+// and dQ accumulate in fp32 over the tiles; dS in fp32 is what d(bias)
+// sums (docs/performance.md, section 47).
+
+// The bf16 backward's P and dS as B operands (ceil(B_q/2) pair rows of B_k
+// each) and dS as A (B_q rows of ceil(B_k/2) pairs), in words.
+std::size_t backward_pair_words(std::size_t b_r, std::size_t b_c) {
+  return 2 * ((b_r + 1) / 2) * b_c + b_r * ((b_c + 1) / 2);
+}
 
 template <class S, class A>
 std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b_c) {
@@ -641,7 +652,8 @@ std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b
          piece_bytes<A>(T::v_count(b_c, s.d_k)) + piece_bytes<A>(T::v_count(b_r, s.d_k)) +
          piece_bytes<A>(T::v_count(b_r, s.d_v)) + piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k)) +
          piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_v)) + 2 * piece_bytes<A>(b_r) +
-         piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k));
+         piece_bytes<A>(widen_count<A, S>(s.group() * s.n_q * s.d_k)) +
+         (T::dot_bf16() ? piece_bytes<A>(backward_pair_words(b_r, b_c)) : 0);
 }
 
 std::size_t backward_workers(const Shape& s, const Options& opt) {
@@ -671,6 +683,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
   const std::size_t n_workers = backward_workers(sh, opt);
   struct Scratch {
     A *P, *dS, *T_ij, *dK_j, *dV_j, *K_keys, *V_keys, *K_vals, *Q_vals, *dO_vals, *q_head, *do_head, *lse, *D, *dq_acc;
+    std::uint32_t* pairs;  // the bf16 backward's P and dS as bf16 pairs (backward_pair_words), else null
   };
   Arena arena(ws, bytes);
   std::vector<Scratch> scratch(n_workers);
@@ -691,8 +704,10 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
     w.lse = arena.take<A>(B_r);
     w.D = arena.take<A>(B_r);  // D_i of the query block's rows
     w.dq_acc = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));
+    w.pairs = T::dot_bf16() ? reinterpret_cast<std::uint32_t*>(arena.take<A>(backward_pair_words(B_r, B_c))) : nullptr;
   }
   Gradients<S> g = allocate_gradients<S>(sh, opt, bytes);
+  if (T::dot_bf16()) g.rounding = T::dot_bf16_rounding;
   std::optional<xt::xtensor<double, 4>> ds_heads;  // dS of every head, summed over heads in order at the end
   if (opt.need_dbias) ds_heads = xt::xtensor<double, 4>(std::array<std::size_t, 4>{sh.batch, sh.heads, n_q, n_kv}, 0.0);
   std::optional<xt::xtensor<double, 2>> dsink_heads;  // d(sink) of each (batch, head), summed over batch in order at the end
@@ -754,7 +769,13 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
         K_keys = T::load_k(&in.k(b, hk, j0, 0), cols, d_k, w.K_keys);
         V_keys = T::load_k(&in.v(b, hk, j0, 0), cols, d_v, w.V_keys);
       }
-      const A* K_vals = T::load_v(&in.k(b, hk, j0, 0), cols, d_k, w.K_vals);
+      // K_j as the B of dQ += dS K_j: packed as V is (bf16 pairs, ceil(cols/2) pair rows) or widened
+      const A* K_vals = nullptr;
+      if (dot16) {
+        if constexpr (std::is_same_v<S, bf16>) attn::simd().pack_values_bf16(&in.k(b, hk, j0, 0), cols, d_k, words(w.K_vals));
+      } else {
+        K_vals = T::load_v(&in.k(b, hk, j0, 0), cols, d_k, w.K_vals);
+      }
       std::fill(w.dK_j, w.dK_j + cols * d_k, zero);
       std::fill(w.dV_j, w.dV_j + cols * d_v, zero);
 
@@ -810,6 +831,30 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
             if (mask.softcap())
               for (std::size_t c = 0; c < used; ++c) ds[c] *= w.T_ij[r_ * used + c];
           }
+          if (dot16) {
+            if constexpr (T::micro && std::is_same_v<S, bf16>) {
+              // P and dS' rounded to bf16: as B (pair rows of `used` columns) and dS' as A, its rows
+              // padded with zero pairs to the ceil(cols/2) pair rows of K_j's panels
+              const SimdKernels& v = attn::simd();
+              const std::size_t kp_r = (rows + 1) / 2, kp_c = (cols + 1) / 2, kp_u = (used + 1) / 2;
+              std::uint32_t* P_b = w.pairs;
+              std::uint32_t* dS_b = P_b + kp_r * used;
+              std::uint32_t* dS_a = dS_b + kp_r * used;
+              v.pack_values_rounded_bf16(w.P, rows, used, used, P_b);
+              v.pack_values_rounded_bf16(w.dS, rows, used, used, dS_b);
+              v.pairs_bf16(w.dS, rows, used, used, dS_a, kp_c);
+              if (kp_u < kp_c)
+                for (std::size_t r_ = 0; r_ < rows; ++r_) std::fill(dS_a + r_ * kp_c + kp_u, dS_a + (r_ + 1) * kp_c, 0u);
+              // dO_i^T and Q_i^T as A, from storage
+              v.pack_pairs_t_bf16(&d_out(b, h, r0, 0), rows, d_v, words(w.dO_vals));
+              v.pack_pairs_t_bf16(&in.q(b, h, r0, 0), rows, d_k, words(w.Q_vals));
+              // dV_j^T += dO_i^T P;  dK_j^T += Q_i^T dS';  dQ_i += dS' K_j
+              v.gemm_bf16(words(w.dO_vals), kp_r, P_b, w.dV_j, cols, d_v, used, kp_r, 1.0f, true);
+              v.gemm_bf16(words(w.Q_vals), kp_r, dS_b, w.dK_j, cols, d_k, used, kp_r, 1.0f, true);
+              v.gemm_bf16(dS_a, kp_c, words(w.K_vals), dq(x) + r0 * d_k, d_k, rows, d_k, kp_c, 1.0f, true);
+            }
+            continue;
+          }
           // dQ_i += dS' K_j
           T::pv_prefix(w.dS, K_vals, dq(x) + r0 * d_k, rows, used, cols, d_k);
           // dV_j += P^T dO_i;  dK_j += dS'^T Q_i. dO_i and Q_i as the B operand from the K/V head's copies in A
@@ -817,18 +862,23 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           // nothing, and the storage is not read again per key tile; the same values, so the same bits), else
           // (bf16 dot products: the copies are bf16 pairs) from storage.
           using Wide = Tiles<A, A>;
-          const A* dO_vals = dot16 ? T::load_v(&d_out(b, h, r0, 0), rows, d_v, w.dO_vals)
-                                   : Wide::load_v(dO_h + row * d_v, rows, d_v, w.dO_vals);
-          const A* Q_vals = dot16 ? T::load_v(&in.q(b, h, r0, 0), rows, d_k, w.Q_vals)
-                                  : Wide::load_v(Q_h + row * d_k, rows, d_k, w.Q_vals);
+          const A* dO_vals = Wide::load_v(dO_h + row * d_v, rows, d_v, w.dO_vals);
+          const A* Q_vals = Wide::load_v(Q_h + row * d_k, rows, d_k, w.Q_vals);
           T::pv_t(w.P, dO_vals, w.dV_j, rows, used, d_v, w.T_ij);
           T::pv_t(w.dS, Q_vals, w.dK_j, rows, used, d_k, w.T_ij);
         }
       }
       S* dk = &g.dk(b, hk, j0, 0);
       S* dv = &g.dv(b, hk, j0, 0);
-      for (std::size_t x = 0; x < cols * d_k; ++x) dk[x] = convert<S>(A(scale * w.dK_j[x]));
-      for (std::size_t x = 0; x < cols * d_v; ++x) dv[x] = convert<S>(w.dV_j[x]);
+      if (dot16) {  // dK_j^T and dV_j^T [d, cols]
+        for (std::size_t j = 0; j < cols; ++j) {
+          for (std::size_t c = 0; c < d_k; ++c) dk[j * d_k + c] = convert<S>(A(scale * w.dK_j[c * cols + j]));
+          for (std::size_t c = 0; c < d_v; ++c) dv[j * d_v + c] = convert<S>(w.dV_j[c * cols + j]);
+        }
+      } else {
+        for (std::size_t x = 0; x < cols * d_k; ++x) dk[x] = convert<S>(A(scale * w.dK_j[x]));
+        for (std::size_t x = 0; x < cols * d_v; ++x) dv[x] = convert<S>(w.dV_j[x]);
+      }
     }
     for (std::size_t x = 0; x < g_heads; ++x) {
       const std::size_t h = hk * g_heads + x;

@@ -57,6 +57,12 @@ struct Gradients {
   // d(sink_h) = -sum over batch and rows i of exp(sink_h - lse_i) D_i.
   std::optional<xt::xtensor<double, 1>> dsinks;
   std::size_t workspace_bytes = 0;  // scratch the backward call allocated
+  // What the backward's arithmetic did beyond the model (default: nothing):
+  // u_weights, the unit roundoff P and dS' were rounded to before dV = P^T dO,
+  // dQ = scale dS' K and dK = scale dS'^T Q (streaming's bf16 backward rounds
+  // both to bf16); flushes_subnormals, its products flushed subnormals (dP's
+  // too). The gradients' bounds take it (verify/metrics.hpp).
+  KernelRounding rounding;
 };
 
 // What the backward pass takes from the forward: the output (rounded to

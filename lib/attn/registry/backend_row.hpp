@@ -119,7 +119,7 @@ class TypedCall final : public PreparedCall {
   void release_backward_workspace() override { backward_ws_ = Workspace{}; }
   Gradients<double> gradients() const override {
     return {convert_tensor<double>(grads_.dq), convert_tensor<double>(grads_.dk), convert_tensor<double>(grads_.dv),
-            grads_.dbias, grads_.dsinks, grads_.workspace_bytes};
+            grads_.dbias, grads_.dsinks, grads_.workspace_bytes, grads_.rounding};
   }
   xt::xtensor<double, 4> rounded_d_out() const override { return convert_tensor<double>(d_out_); }
 

@@ -150,6 +150,14 @@ namespace {
 // 0 there, 6.05e-39 in std::exp (a half subnormal spacing would undercount
 // it 1e7-fold: math's fp32 dK of a key whose weights were all below
 // FLT_MIN erred by 2.6e-38).
+// A kernel that flushes subnormals (the bf16 dot product) errs by up to the
+// smallest normal float, not half a subnormal spacing, wherever a product or
+// partial sum underflows.
+void take_flushes(RunReport& r) {
+  r.eta_acc = std::max(r.eta_acc, double(std::numeric_limits<float>::min()));
+  r.eta_weight = std::max(r.eta_weight, r.eta_acc);
+}
+
 void describe_rounding(RunReport& r, const PrecisionInfo& p, Accumulate acc, const BackendTraits& traits,
                        double u_acc, const KernelRounding& kernel) {
   r.u_acc = u_acc;
@@ -160,14 +168,8 @@ void describe_rounding(RunReport& r, const PrecisionInfo& p, Accumulate acc, con
   const double flush = sub == precision_traits<double>::min_subnormal ? std::numeric_limits<double>::min()
                                                                       : std::numeric_limits<float>::min();
   r.eta_weight = traits.exact ? 0.0 : std::max(r.eta_acc, flush);
-  // A kernel that flushes subnormals (the bf16 dot product) errs by up to
-  // the smallest normal float, not half a subnormal spacing, wherever a
-  // product or partial sum underflows.
   r.kernel = kernel;
-  if (kernel.flushes_subnormals) {
-    r.eta_acc = std::max(r.eta_acc, double(std::numeric_limits<float>::min()));
-    r.eta_weight = std::max(r.eta_weight, r.eta_acc);
-  }
+  if (kernel.flushes_subnormals) take_flushes(r);
   r.precision = p.name;
   r.accumulate = acc;
   r.traits = traits;
@@ -271,6 +273,7 @@ BackwardReport BackendInfo::run_backward(std::string_view precision, Accumulate 
   report.seconds = std::chrono::duration<double>(t1 - t0).count();
   report.grads = call->gradients();
   report.workspace_bytes = report.grads.workspace_bytes;
+  if (report.grads.rounding.flushes_subnormals) take_flushes(fwd);  // the gradients' bounds read fwd's
   for (std::size_t rep = 0; rep < warm_repeats; ++rep) {
     const auto w0 = std::chrono::steady_clock::now();
     call->call_backward();

@@ -130,6 +130,15 @@ struct SimdKernels {
   //                     flushed) into ceil(n/2) pairs at out; exactly as
   //                     exp_shifted_sum_f32 on the scaled scores (the same
   //                     values, the same sum)
+  //   pairs_bf16:       rows of fp32 x [m, n] (ldx apart) rounded to bf16
+  //                     (nearest even, subnormals flushed) as ceil(n/2) pairs
+  //                     each (0 past n), out's rows ld words apart: an A
+  //   pack_values_rounded_bf16: fp32 x [rows, n] (ldx apart) rounded so, as B
+  //                     in pack_values_bf16's layout
+  //   pack_pairs_t_bf16: M [rows, d] as A = M^T: d rows of ceil(rows/2)
+  //                     pairs (M[2q, c], M[2q + 1, c]) (0 past rows)
+  //                     (the bf16 backward's dV^T = dO^T P, dK^T = Q^T dS,
+  //                     dQ = dS K: streaming.cpp)
   //   gemm_bf16:        C[m, n] = alpha A B (+ C when accumulate), A m rows of
   //                     kp pairs (lda words apart), B packed as above; each C
   //                     element one chain of dot-product steps over the pairs
@@ -138,6 +147,11 @@ struct SimdKernels {
   void (*pack_keys_bf16)(const bf16* src, std::size_t rows, std::size_t d, std::uint32_t* out) = nullptr;
   void (*pack_values_bf16)(const bf16* src, std::size_t rows, std::size_t d_v, std::uint32_t* out) = nullptr;
   float (*exp_pairs_bf16)(float* s, std::size_t n, float m, float scale, std::uint32_t* out) = nullptr;
+  void (*pairs_bf16)(const float* x, std::size_t m, std::size_t n, std::size_t ldx, std::uint32_t* out,
+                     std::size_t ld) = nullptr;
+  void (*pack_values_rounded_bf16)(const float* x, std::size_t rows, std::size_t n, std::size_t ldx,
+                                   std::uint32_t* out) = nullptr;
+  void (*pack_pairs_t_bf16)(const bf16* src, std::size_t rows, std::size_t d, std::uint32_t* out) = nullptr;
   void (*gemm_bf16)(const std::uint32_t* a, std::size_t lda, const std::uint32_t* bp, float* c, std::size_t ldc,
                     std::size_t m, std::size_t n, std::size_t kp, float alpha, bool accumulate) = nullptr;
   // A decode step's kernels (decode_scores_*, decode_pv_*) with these dot

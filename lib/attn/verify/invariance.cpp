@@ -122,7 +122,7 @@ Side backward(const Subject& s, const Inputs<double>& in, const xt::xtensor<doub
   const BackwardReport r = s.backend->run_backward(s.precision->name, s.accumulate, in, d_out, opt);
   const RunReport& f = r.forward;
   const GradientBound g = gradient_bounds(f.rounded_inputs, r.rounded_d_out, r.grads, opt, f.u_acc, f.u_store,
-                                          f.eta_acc, f.eta_store, f.eta_weight, f.kernel)
+                                          f.eta_acc, f.eta_store, f.eta_weight, f.kernel, r.grads.rounding)
                               .probable;
   Side x;
   x.grads = r.grads;

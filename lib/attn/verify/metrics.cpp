@@ -240,6 +240,7 @@ Magnitudes magnitudes(const Inputs<double>& in, const Options& opt) {
 struct KernelTerms {
   double u_weights = 0, ds_flush = 0;
   double dp_flush = 0;  // the backward's dP = dO V^T likewise: d_v FLT_MIN (max|dO| + max|V| + 1)
+  double u_products = 0;  // the backward's P and dS' rounded to it before dV, dQ and dK (Gradients::rounding)
 };
 KernelTerms kernel_terms(const Inputs<double>& in, const Options& opt, const KernelRounding& k) {
   KernelTerms t{k.u_weights, 0.0};
@@ -605,9 +606,13 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
     // 2 |dt| + 3 u_acc, |dt| <= ds / c + (softcap_tanh_ulps + 5) u_acc, and |dS| <= 2 P1 per unit weight
     b.eps_s += 2 * p1 * (2 * f.score / *opt.softcap + (2 * softcap_tanh_ulps + 13) * u_acc);
   const double C = gm.col_sum;
-  b.dq = std::fabs(scale) * gm.max_k * (b.eps_s + g(n_kv + 1) * 2 * p1) + u_store * max_finite_abs(truth.dq);
-  b.dk = std::fabs(scale) * gm.max_q * C * (b.eps_s + g(n_q + 1) * 2 * p1) + u_store * max_finite_abs(truth.dk);
-  b.dv = gm.max_do * C * (e_p + g(n_q)) + u_store * max_finite_abs(truth.dv);
+  // P and dS' rounded to u_b before the products (Gradients::rounding): |fl(p^) - p| <= p (e_p (1 + u_b) + u_b),
+  // |fl(dS^) - dS| <= P (eps_S (1 + u_b) + u_b 2 P1)
+  const double u_b = kt.u_products;
+  const double eps_prod = b.eps_s * (1 + u_b) + u_b * 2 * p1, e_prod = e_p * (1 + u_b) + u_b;
+  b.dq = std::fabs(scale) * gm.max_k * (eps_prod + g(n_kv + 1) * 2 * p1) + u_store * max_finite_abs(truth.dq);
+  b.dk = std::fabs(scale) * gm.max_q * C * (eps_prod + g(n_q + 1) * 2 * p1) + u_store * max_finite_abs(truth.dk);
+  b.dv = gm.max_do * C * (e_prod + g(n_q)) + u_store * max_finite_abs(truth.dv);
   if (truth.dbias)
     b.dbias = gm.head_sum * b.eps_s + gamma(double(sh.batch * sh.heads), 0x1p-53) * max_finite_abs(*truth.dbias);
   // d(sink_h) = -sum over the B n_q rows of p_i D_i, p_i = exp(sink_h - lse_i) the sink's weight:
@@ -625,12 +630,13 @@ GradientBound gradient_bound_from(const Magnitudes& m, const GradientMagnitudes&
 GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
                                double eta_acc, double eta_store, double eta_weight, const KernelRounding& kernel,
-                               double failure_probability) {
+                               const KernelRounding& backward, double failure_probability) {
   const Shape sh = in.shape();
   const Magnitudes m = magnitudes(in, opt);
   KernelTerms kt = kernel_terms(in, opt, kernel);
+  kt.u_products = backward.u_weights;
   const GradientMagnitudes gm = gradient_magnitudes(in, d_out, opt, m.rows, u_acc > 0 ? kernel.u_weights / u_acc : 0.0);
-  if (kernel.flushes_subnormals)
+  if (kernel.flushes_subnormals || backward.flushes_subnormals)
     kt.dp_flush = double(sh.d_v) * double(std::numeric_limits<float>::min()) * (gm.max_do + m.max_v + 1);
   GradientBounds b;
   b.worst = gradient_bound_from(m, gm, truth, sh, opt, u_acc, u_store, [u_acc](double k) { return gamma(k, u_acc); }, kt);

@@ -155,6 +155,10 @@ ErrorBounds error_bounds(const Inputs<double>& in, const Options& opt, double u_
 //   dK_j = scale sum_i dS_ij q_i, sum_i P_ij <= C:
 //     dk := |scale| max|Q| C (eps_S + g(n_q + 1) 2 P1) + u_store max|dK|
 //   dV_j = sum_i P_ij dO_i:  dv := max|dO| C (e_p + g(n_q)) + u_store max|dV|
+//   a backward that rounds P and dS' to u_b before these three products
+//     (`backward`, Gradients::rounding; `kernel` is the forward's): in dQ and
+//     dK eps_S becomes eps_S (1 + u_b) + u_b 2 P1, in dV e_p becomes
+//     e_p (1 + u_b) + u_b; its flushed subnormals as the forward's (dP's term)
 //   (with grouped K/V heads, dK_j and dV_j sum over the g query heads: n_q
 //   becomes g n_q and C the column sum over them)
 //   soft-capping: dS' = dS o f, f = 1 - (s_cap / c)^2; |df| <= 2 ds / c +
@@ -245,6 +249,7 @@ struct GradientBounds {
 GradientBounds gradient_bounds(const Inputs<double>& in, const xt::xtensor<double, 4>& d_out,
                                const Gradients<double>& truth, const Options& opt, double u_acc, double u_store,
                                double eta_acc, double eta_store, double eta_weight,
-                               const KernelRounding& kernel = {}, double failure_probability = 1e-9);
+                               const KernelRounding& kernel = {}, const KernelRounding& backward = {},
+                               double failure_probability = 1e-9);
 
 }  // namespace attn

@@ -583,7 +583,8 @@ void for_each_backward(const BackendInfo& b, const Case& c, F&& f) {
 // (first order: they differ by the bound itself).
 GradientBound probable_bound(const BackwardRun& run) {
   const RunReport& f = run.r.forward;
-  return gradient_bounds(run.in, run.r.rounded_d_out, run.r.grads, run.opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store, f.eta_weight, f.kernel)
+  return gradient_bounds(run.in, run.r.rounded_d_out, run.r.grads, run.opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store, f.eta_weight, f.kernel,
+                         run.r.grads.rounding)
       .probable;
 }
 

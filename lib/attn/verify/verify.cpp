@@ -321,7 +321,8 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   GradientCheck c;
   c.truth = t.kind;
   const GradientBounds bounds =
-      gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store, f.eta_weight, f.kernel);
+      gradient_bounds(f.rounded_inputs, r.rounded_d_out, t.grads, opt, f.u_acc, f.u_store, f.eta_acc, f.eta_store, f.eta_weight, f.kernel,
+                      r.grads.rounding);
   c.bound = bounds.worst;
   c.probable = bounds.probable;
   c.failure_probability = bounds.failure_probability;
@@ -343,7 +344,8 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   // (one per tensor); the tight rule is per gradient row (a row of dQ, a key's
   // row of dK or dV; d(bias) and d(sinks) as one row): the floor is the row's
   // own first-order sensitivity, floor_i = (2 u_acc + 2 u_store) max|truth_i|
-  // + u_acc S_i + 2 u_acc (T_i + C_i) + underflow (2 eta_store and twice
+  // + u_acc S_i + 2 u_acc (T_i + C_i) (+ u_b T_i where the backward rounded P
+  // and dS' to u_b, Gradients::rounding) + underflow (2 eta_store and twice
   // GradientBound::underflow_*: one for each run), with S_i,
   // T_i, C_i the row's GradientScales (`rows`; null: one row, S = s_both
   // max(max|truth|, T)); f_i = floor_i / 2 is one unit of the row's noise;
@@ -353,6 +355,7 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
   // 2 e_base,i + floor_i)): the baseline's policy in the row's own units, and
   // never below twice the baseline's own error in that row.
   const bool first_order = f.u_acc * c.bound.scales.score_max < 0.5;
+  const double u_products = r.grads.rounding.u_weights;
   auto part = [&](std::string_view name, const auto& got, const auto& truth, double worst, double probable,
                   double truth_error, const auto* base, const GradientScales::Rows* rows, double score_weight,
                   double cancellation, double terms, double underflow) {
@@ -377,7 +380,10 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
       const double T = rows ? rows->terms[i] : terms, C = rows ? rows->cancel[i] : cancellation;
       // (C includes what a kernel's rounding of the weights before P V does to the saved output
       // and so to D_i: GradientMagnitudes, weights_ratio)
-      floor[i] = (2 * f.u_acc + 2 * f.u_store) * top[i] + f.u_acc * S + 2 * f.u_acc * (T + C) + underflow;
+      // (a backward that rounds P and dS' to u_b before dV, dQ and dK moves each of their terms by up to
+      // u_b of it: u_b T more; d(bias) and d(sinks) sum dS' unrounded)
+      floor[i] = (2 * f.u_acc + 2 * f.u_store) * top[i] + f.u_acc * S + 2 * f.u_acc * (T + C) +
+                 (rows ? u_products * T : 0.0) + underflow;
     }
     double beta = 0;
     if (base)
