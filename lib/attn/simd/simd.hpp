@@ -143,7 +143,9 @@ struct SimdKernels {
   //                     kp pairs (lda words apart), B packed as above; each C
   //                     element one chain of dot-product steps over the pairs
   //                     in order (exact products, rounded additions, subnormals
-  //                     flushed), then scaled once by alpha
+  //                     flushed), then scaled once by alpha and added to C;
+  //                     with alpha = 1 and accumulate, the chain starts from C
+  //                     (C += A B with no separate sum)
   void (*pack_keys_bf16)(const bf16* src, std::size_t rows, std::size_t d, std::uint32_t* out) = nullptr;
   void (*pack_values_bf16)(const bf16* src, std::size_t rows, std::size_t d_v, std::uint32_t* out) = nullptr;
   float (*exp_pairs_bf16)(float* s, std::size_t n, float m, float scale, std::uint32_t* out) = nullptr;
