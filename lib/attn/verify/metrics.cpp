@@ -315,13 +315,14 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
   // weighted by it (GradientScales::score_* and lse_*).
   std::vector<double> sig(block * n_kv), row_lse(block), as(block * n_kv), al(block * n_kv), ps(block * n_kv),
       pl(block * n_kv), sq(block * d), sk(n_kv * d), lk(n_kv * d), sv(n_kv * d_v), lv(n_kv * d_v), ds(block * n_kv),
-      sq_k(n_kv * d), sq_q(block * d), sq_do(block * d_v);
+      sq_k(n_kv * d), sq_q(block * d), sq_do(block * d_v), a2(block * n_kv), s2(block * n_kv), nk(n_kv * d),
+      nv(n_kv * d_v);
   // Row by row (GradientScales::Rows): dQ's rows [B, H, n_q], dK's and dV's [B, H_kv, n_kv].
   const std::size_t q_rows = sh.batch * sh.heads * sh.n_q, k_rows = sh.batch * sh.kv_head_count() * n_kv;
-  for (auto* r : {&g.scales.rows_dq}) *r = {std::vector<double>(q_rows), std::vector<double>(q_rows),
-                                             std::vector<double>(q_rows), std::vector<double>(q_rows)};
+  for (auto* r : {&g.scales.rows_dq})
+    for (auto* v : {&r->cancel, &r->terms, &r->score, &r->lse, &r->noise}) v->assign(q_rows, 0.0);
   for (auto* r : {&g.scales.rows_dk, &g.scales.rows_dv})
-    *r = {std::vector<double>(k_rows), std::vector<double>(k_rows), std::vector<double>(k_rows), std::vector<double>(k_rows)};
+    for (auto* v : {&r->cancel, &r->terms, &r->score, &r->lse, &r->noise}) v->assign(k_rows, 0.0);
   // the largest of x[row * width .. (row + 1) * width) into rows[first + row], after f
   const auto fold_rows = [](std::vector<double>& rows, std::size_t first, const double* x, std::size_t count,
                             std::size_t width, auto f) {
@@ -355,7 +356,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
         std::fill(ck.begin(), ck.end(), 0.0);
         std::fill(ak.begin(), ak.end(), 0.0);
         std::fill(pv.begin(), pv.end(), 0.0);
-        for (auto* x : {&sk, &lk, &sv, &lv}) std::fill(x->begin(), x->end(), 0.0);
+        for (auto* x : {&sk, &lk, &sv, &lv, &nk, &nv}) std::fill(x->begin(), x->end(), 0.0);
         k_terms.reset(n_kv);
         v_terms.reset(n_kv);
       }
@@ -537,6 +538,15 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
                     abs_q.data(), int(d), 1.0, ak.data(), int(d));
         cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d_v), int(rows), 1.0, s.data(), int(n_kv),
                     abs_do.data(), int(d_v), 1.0, pv.data(), int(d_v));
+        // The terms' root-sum-squares (Rows::noise): dS^2 (K o K), (dS^2)^T (Q o Q), (P^2)^T (dO o dO)
+        for (std::size_t x = 0; x < rows * n_kv; ++x) a2[x] = a[x] * a[x], s2[x] = s[x] * s[x];
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(rows), int(d), int(n_kv), 1.0, a2.data(), int(n_kv),
+                    sq_k.data(), int(d), 0.0, sq.data(), int(d));
+        fold_rows(g.scales.rows_dq.noise, first_q, sq.data(), rows, d, root);
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d), int(rows), 1.0, a2.data(), int(n_kv),
+                    sq_q.data(), int(d), 1.0, nk.data(), int(d));
+        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, int(n_kv), int(d_v), int(rows), 1.0, s2.data(), int(n_kv),
+                    sq_do.data(), int(d_v), 1.0, nv.data(), int(d_v));
       }
       if (h % sh.group() != sh.group() - 1) continue;  // the K/V head's sums are not complete yet
       for (double x : ak) g.scales.terms_dk = std::max(g.scales.terms_dk, x);
@@ -549,6 +559,8 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
       fold_rows(g.scales.rows_dk.score, first_k, sk.data(), n_kv, d, root);
       fold_rows(g.scales.rows_dk.lse, first_k, lk.data(), n_kv, d, root);
       fold_rows(g.scales.rows_dv.terms, first_k, pv.data(), n_kv, d_v, same);
+      fold_rows(g.scales.rows_dk.noise, first_k, nk.data(), n_kv, d, root);
+      fold_rows(g.scales.rows_dv.noise, first_k, nv.data(), n_kv, d_v, root);
       fold_rows(g.scales.rows_dv.score, first_k, sv.data(), n_kv, d_v, root);
       fold_rows(g.scales.rows_dv.lse, first_k, lv.data(), n_kv, d_v, root);
       repair(g.scales.rows_dk.score, first_k, k_terms.term, k_terms.count);
@@ -572,7 +584,7 @@ GradientMagnitudes gradient_magnitudes(const Inputs<double>& in, const xt::xtens
                     &g.scales.score_dk, &g.scales.lse_dq, &g.scales.lse_dk})
     *x *= std::fabs(scale);
   for (GradientScales::Rows* r : {&g.scales.rows_dq, &g.scales.rows_dk})
-    for (std::vector<double>* v : {&r->cancel, &r->terms, &r->score, &r->lse})
+    for (std::vector<double>* v : {&r->cancel, &r->terms, &r->score, &r->lse, &r->noise})
       for (double& x : *v) x *= std::fabs(scale);
   for (double* x : {&g.a1, &g.col_sum, &g.head_sum, &g.sink_mass}) *x *= 1 + 1e-12;
   return g;

@@ -214,8 +214,12 @@ struct GradientScales {
   // (verify.hpp): a head or key whose gradient is 1e4 times another's does
   // not lend it its tolerance. (dV has no cancellation in dP - D: its
   // `cancel` stays 0.)
+  // noise: the root-sum-square of one element's terms, sqrt(sum of their squares)
+  // (|scale| sqrt(dS^2 (K o K)), |scale| sqrt((dS^2)^T (Q o Q)), sqrt((P^2)^T (dO o dO))):
+  // what one independent relative rounding of each term moves it by, per unit
+  // (a backward that rounds P and dS' before the products: Gradients::rounding).
   struct Rows {
-    std::vector<double> cancel, terms, score, lse;
+    std::vector<double> cancel, terms, score, lse, noise;
   };
   Rows rows_dq, rows_dk, rows_dv;
 };

@@ -381,9 +381,10 @@ GradientCheck verify_backward(const BackwardReport& r, const Options& opt, const
       // (C includes what a kernel's rounding of the weights before P V does to the saved output
       // and so to D_i: GradientMagnitudes, weights_ratio)
       // (a backward that rounds P and dS' to u_b before dV, dQ and dK moves each of their terms by up to
-      // u_b of it: u_b T more; d(bias) and d(sinks) sum dS' unrounded)
+      // u_b of it, independently: u_b times the terms' root-sum-square more, as the forward's rounded
+      // weights add u_b term_noise; d(bias) and d(sinks) sum dS' unrounded)
       floor[i] = (2 * f.u_acc + 2 * f.u_store) * top[i] + f.u_acc * S + 2 * f.u_acc * (T + C) +
-                 (rows ? u_products * T : 0.0) + underflow;
+                 (rows ? u_products * rows->noise[i] : 0.0) + underflow;
     }
     double beta = 0;
     if (base)

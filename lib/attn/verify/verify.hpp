@@ -230,9 +230,13 @@ GradientTruth gradient_truth(const Inputs<double>& in, const xt::xtensor<double,
 // 2 eta_store (one rounding into the storage's subnormals) and twice
 // GradientBound::underflow_dq/dk/dv (underflow of the terms and of the
 // weights in the accumulation type, as the bounds count it, once per run),
-// plus u_b T for dQ, dK and dV where the run's backward rounded P and dS' to
+// plus u_b N for dQ, dK and dV where the run's backward rounded P and dS' to
 // u_b before their products (Gradients::rounding: each term moves by up to
-// u_b of itself; the baseline keeps them). The terms, S, L and the cancellation are the
+// u_b of itself, independently; N the root-sum-square of the element's
+// terms, GradientScales::Rows::noise, as the forward's rounded weights add
+// u_b term_noise; charging u_b T, their sum of magnitudes, made dV's
+// tolerance 3x at logits x 0.1, where 10x the error exceeded it by only 6%; the
+// baseline keeps them). The terms, S, L, N and the cancellation are the
 // row's own (GradientScales::rows_dq, rows_dk, rows_dv). One rounding
 // in one run is not enough: math's fp64 dQ of 1.2 ulp failed against
 // naive's exact one at n_q = 2, n_kv = 5 (seed 4). The saved
