@@ -858,9 +858,8 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           // dQ_i += dS' K_j
           T::pv_prefix(w.dS, K_vals, dq(x) + r0 * d_k, rows, used, cols, d_k);
           // dV_j += P^T dO_i;  dK_j += dS'^T Q_i. dO_i and Q_i as the B operand from the K/V head's copies in A
-          // where they were made (narrow storage widened once per K/V head: the packing copies, converting
-          // nothing, and the storage is not read again per key tile; the same values, so the same bits), else
-          // (bf16 dot products: the copies are bf16 pairs) from storage.
+          // (narrow storage widened once per K/V head: the packing copies, converting nothing, and the
+          // storage is not read again per key tile; the same values, so the same bits).
           using Wide = Tiles<A, A>;
           const A* dO_vals = Wide::load_v(dO_h + row * d_v, rows, d_v, w.dO_vals);
           const A* Q_vals = Wide::load_v(Q_h + row * d_k, rows, d_k, w.Q_vals);
