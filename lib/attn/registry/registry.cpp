@@ -141,6 +141,14 @@ double accumulation_min_subnormal(const PrecisionInfo& p, Accumulate a) {
 }
 
 namespace {
+// A kernel that flushes subnormals (the bf16 dot product) errs by up to the
+// smallest normal float, not half a subnormal spacing, wherever a product or
+// partial sum underflows.
+void take_flushes(RunReport& r) {
+  r.eta_acc = std::max(r.eta_acc, double(std::numeric_limits<float>::min()));
+  r.eta_weight = std::max(r.eta_weight, r.eta_acc);
+}
+
 // What a run's verdicts need to know of its arithmetic: unit roundoffs,
 // underflow allowances, the precision, the policy and the backend's traits.
 // A weight that underflows errs by eta_weight: the backends' vector exp
@@ -150,14 +158,6 @@ namespace {
 // 0 there, 6.05e-39 in std::exp (a half subnormal spacing would undercount
 // it 1e7-fold: math's fp32 dK of a key whose weights were all below
 // FLT_MIN erred by 2.6e-38).
-// A kernel that flushes subnormals (the bf16 dot product) errs by up to the
-// smallest normal float, not half a subnormal spacing, wherever a product or
-// partial sum underflows.
-void take_flushes(RunReport& r) {
-  r.eta_acc = std::max(r.eta_acc, double(std::numeric_limits<float>::min()));
-  r.eta_weight = std::max(r.eta_weight, r.eta_acc);
-}
-
 void describe_rounding(RunReport& r, const PrecisionInfo& p, Accumulate acc, const BackendTraits& traits,
                        double u_acc, const KernelRounding& kernel) {
   r.u_acc = u_acc;
