@@ -578,35 +578,42 @@ TEST(Tiles, NonFiniteValuesStayInTheQueryBlocksThatSeeThem) {
   EXPECT_GE(tiled, 2);
 }
 
-// The dot tiles' strips (streaming.cpp's strip_rows; docs/performance.md,
-// section 45) change no bit: bf16 storage with grouped heads under a causal
-// mask, three key tiles of 1024, the default blocks (1024 rows taken in
-// strips of 64 at d = 64 by the avx512amx variant's rule) against blocks of
-// 32 rows (a strip each) and of 4096 rows on two threads; output and
-// logsumexp compared bit for bit. Skipped, not passed, where the kernels in
-// use take no strips.
-TEST(Tiles, StripsOfTheDotTilesChangeNoBit) {
-  if (simd().dot_strip_bytes == 0) GTEST_SKIP() << "the kernels in use (" << simd().id << ") take no strips";
+// Strips (streaming.cpp's strip_rows; docs/performance.md, sections 45 and
+// 49) change no bit: bf16 storage on the dot tiles, fp32 and fp16 on the
+// micro-kernel's tiles, with grouped heads under a causal mask over three key
+// tiles of 1024; the default blocks (1024 rows taken in strips by the
+// avx512amx variant's rules) against blocks of 32 rows (a strip each) and of
+// 4096 rows on two threads; output and logsumexp compared bit for bit. A
+// precision whose tiles in the kernels in use take no strips is not run; the
+// test is skipped, not passed, when none does.
+TEST(Tiles, StripsChangeNoBit) {
   const Inputs<double> in = random_inputs({1, 4, 700, 2500, 64, 64, 2}, /*seed=*/7);
   const BackendInfo& streaming = fused_backend();
   Options opt;
   opt.mask = mask::Causal{};
   opt.need_lse = true;
   opt.threads = 1;
-  const RunReport base = streaming.run("bf16", Accumulate::fp32, in, opt);
-  for (auto [block_q, threads] : {std::pair<std::size_t, std::size_t>{32, 1}, {4096, 2}}) {
-    SCOPED_TRACE("block_q " + std::to_string(block_q) + ", threads " + std::to_string(threads));
-    Options other = opt;
-    other.block_q = block_q;
-    other.threads = threads;
-    const RunReport r = streaming.run("bf16", Accumulate::fp32, in, other);
-    std::size_t differ = 0;
-    for (std::size_t x = 0; x < base.out.size(); ++x)
-      differ += std::bit_cast<std::uint64_t>(base.out.data()[x]) != std::bit_cast<std::uint64_t>(r.out.data()[x]);
-    for (std::size_t x = 0; x < base.lse->size(); ++x)
-      differ += std::bit_cast<std::uint64_t>(base.lse->data()[x]) != std::bit_cast<std::uint64_t>(r.lse->data()[x]);
-    EXPECT_EQ(differ, 0u);
+  int ran = 0;
+  for (std::string precision : {"bf16", "fp32", "fp16"}) {
+    const SimdKernels::Tiling& own = precision == "bf16" && simd().gemm_bf16 ? simd().dot_tiles : simd().micro_tiles;
+    if (own.strip_bytes == 0) continue;
+    ++ran;
+    const RunReport base = streaming.run(precision, Accumulate::fp32, in, opt);
+    for (auto [block_q, threads] : {std::pair<std::size_t, std::size_t>{32, 1}, {4096, 2}}) {
+      SCOPED_TRACE(precision + ", block_q " + std::to_string(block_q) + ", threads " + std::to_string(threads));
+      Options other = opt;
+      other.block_q = block_q;
+      other.threads = threads;
+      const RunReport r = streaming.run(precision, Accumulate::fp32, in, other);
+      std::size_t differ = 0;
+      for (std::size_t x = 0; x < base.out.size(); ++x)
+        differ += std::bit_cast<std::uint64_t>(base.out.data()[x]) != std::bit_cast<std::uint64_t>(r.out.data()[x]);
+      for (std::size_t x = 0; x < base.lse->size(); ++x)
+        differ += std::bit_cast<std::uint64_t>(base.lse->data()[x]) != std::bit_cast<std::uint64_t>(r.lse->data()[x]);
+      EXPECT_EQ(differ, 0u);
+    }
   }
+  if (ran == 0) GTEST_SKIP() << "the kernels in use (" << simd().id << ") take no strips";
 }
 
 // Storage accumulation keeps every intermediate within the format's range

@@ -7,6 +7,17 @@
 namespace attn::cli {
 namespace {
 
+// A variant's own tiles for one arithmetic (SimdKernels::Tiling): its plain tiles where it has none.
+Json tiling_json(const SimdKernels& k, const SimdKernels::Tiling& t) {
+  return {{"block_q", t.block_q ? t.block_q : k.block_q}, {"block_k", t.block_k ? t.block_k : k.block_k},
+          {"strip_bytes", t.strip_bytes}};
+}
+std::string tiling_text(const SimdKernels::Tiling& t) {
+  if (!t.block_q) return "";
+  return " (tiles " + std::to_string(t.block_q) + " x " + std::to_string(t.block_k) +
+         (t.strip_bytes ? ", strips within " + std::to_string(t.strip_bytes >> 10) + " KiB" : "") + ")";
+}
+
 int run(const Args& args) {
   if (args.flag("--json")) {
     Json j = {{"backends", Json::array()}, {"precisions", Json::array()}, {"accumulations", Json::array()}};
@@ -40,9 +51,8 @@ int run(const Args& args) {
                                                             std::to_string(v.kernels->nv) + " vectors"},
                                        {"block_q", v.kernels->block_q},
                                        {"block_k", v.kernels->block_k},
-                                       {"dot_block_q", v.kernels->dot_block_q ? v.kernels->dot_block_q : v.kernels->block_q},
-                                       {"dot_block_k", v.kernels->dot_block_k ? v.kernels->dot_block_k : v.kernels->block_k},
-                                       {"dot_strip_bytes", v.kernels->dot_strip_bytes},
+                                       {"dot_tiles", tiling_json(*v.kernels, v.kernels->dot_tiles)},
+                                       {"micro_tiles", tiling_json(*v.kernels, v.kernels->micro_tiles)},
                                        {"bf16_dot", v.kernels->gemm_bf16 != nullptr}});
     print_json(j);
     return 0;
@@ -68,14 +78,11 @@ int run(const Args& args) {
   std::printf("vector kernels: %s\n", simd_summary().c_str());
   for (const SimdVariant& v : simd_variants()) {
     const SimdKernels& k = *v.kernels;
-    const std::string dot = !k.gemm_bf16 ? ""
-                            : k.dot_block_q ? ", bf16 dot products (tiles " + std::to_string(k.dot_block_q) + " x " +
-                                                  std::to_string(k.dot_block_k) +
-                                                  (k.dot_strip_bytes ? ", strips within " + std::to_string(k.dot_strip_bytes >> 10) + " KiB" : "") + ")"
-                                            : ", bf16 dot products";
-    std::printf("  %-10s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu%s: %s\n",
+    const std::string micro = k.micro_tiles.block_q ? ", fp32 on the micro-kernel" + tiling_text(k.micro_tiles) : "";
+    const std::string dot = !k.gemm_bf16 ? "" : ", bf16 dot products" + tiling_text(k.dot_tiles);
+    std::printf("  %-10s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu%s%s: %s\n",
                 std::string(k.id).c_str(), std::string(k.arch).c_str(), k.vector_bytes, k.registers, k.mr, k.nv,
-                k.block_q, k.block_k, dot.c_str(),
+                k.block_q, k.block_k, micro.c_str(), dot.c_str(),
                 v.executable ? "runs here" : ("not on this CPU (needs " + v.requires_ + ")").c_str());
   }
   return 0;

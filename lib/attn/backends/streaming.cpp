@@ -176,23 +176,31 @@ Plan plan(const Shape& s, const Options& opt, std::size_t block_q, std::size_t b
   return p;
 }
 
-// The forward's tiles: the dot tiles (Streaming::block_q) for bf16 on gemm_bf16 beyond a decode step
+// The forward's own tiles past a decode step (Streaming::block_q): the
+// variant's dot tiles for bf16 on gemm_bf16, its micro tiles for fp32
+// accumulation on the micro-kernel; null where the variant's plain tiles hold.
 template <class S, class A>
-bool dot_tiles(const Shape& s) {
-  return Tiles<S, A>::dot_bf16() && s.n_q > 1;
+const SimdKernels::Tiling* own_tiles(const Shape& s) {
+  if (s.n_q <= 1) return nullptr;
+  if (Tiles<S, A>::dot_bf16()) return &attn::simd().dot_tiles;
+  if (Tiles<S, A>::micro) return &attn::simd().micro_tiles;
+  return nullptr;
 }
 
-// The rows of a strip: on the dot tiles, a block's rows are taken a strip at
-// a time against each key tile, the strip's scores, softmax and P V in turn
-// (docs/performance.md, section 45), as many rows as keep a strip's scores
-// (fp32) and P~ pairs with the tile's packed K and V within the variant's
-// dot_strip_bytes, a multiple of 32 (the AMX blocks' rows), at least 32.
-// Elsewhere (or without dot_strip_bytes) the block's rows: one strip.
+// The rows of a strip: a block's rows are taken a strip at a time against
+// each key tile, the strip's scores, softmax and P V in turn
+// (docs/performance.md, sections 45 and 49), as many rows as keep a strip's
+// scores (fp32; on the dot products with its P~ pairs) with the tile's
+// packed K and V within the tiles' strip_bytes, a multiple of 32 (the AMX
+// blocks' rows), at least 32. Without strip_bytes the block's rows: one strip.
 template <class S, class A>
 std::size_t strip_rows(const Shape& s, std::size_t rows, std::size_t b_c) {
-  const std::size_t budget = attn::simd().dot_strip_bytes;
-  if (!dot_tiles<S, A>(s) || budget == 0 || b_c == 0) return rows;  // (no keys: nothing to divide by)
-  const std::size_t packed = b_c * (s.d_k + s.d_v) * sizeof(bf16), per_row = b_c * (sizeof(float) + sizeof(bf16));
+  const SimdKernels::Tiling* own = own_tiles<S, A>(s);
+  const std::size_t budget = own ? own->strip_bytes : 0;
+  if (budget == 0 || b_c == 0) return rows;  // (no keys: nothing to divide by)
+  const bool dot = Tiles<S, A>::dot_bf16();
+  const std::size_t operand = dot ? sizeof(bf16) : sizeof(A);  // a packed element of K and V
+  const std::size_t packed = b_c * (s.d_k + s.d_v) * operand, per_row = b_c * (sizeof(A) + (dot ? sizeof(bf16) : 0));
   const std::size_t fit = budget > packed ? (budget - packed) / per_row / 32 * 32 : 0;
   return std::min(rows, std::max<std::size_t>(32, fit));
 }
@@ -232,7 +240,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   using T = Tiles<S, A>;
   const Shape sh = in.shape();
   const std::size_t n_q = sh.n_q, n_kv = sh.n_kv, d_k = sh.d_k, d_v = sh.d_v;
-  const std::size_t block_q = Streaming::block_q(opt, dot_tiles<S, A>(sh)), block_k = Streaming::block_k(opt, dot_tiles<S, A>(sh));
+  const std::size_t block_q = Streaming::block_q(opt, own_tiles<S, A>(sh)), block_k = Streaming::block_k(opt, own_tiles<S, A>(sh));
   const std::size_t B_c = std::min(block_k, n_kv);
   const Plan p = plan<S, A>(sh, opt, block_q, block_k);
   const std::size_t R = p.rows, g = p.stack;  // g: heads stacked in a block
@@ -336,12 +344,14 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   // Key tiles lie on one grid, [t B_k, (t + 1) B_k) of the keys within the
   // sequence's keys, whatever the block. A row that sees a tile whole takes it in one piece; a row that
   // sees only part of it (a causal mask's diagonal, a window's edges) takes
-  // it in narrower tiles of `narrow` keys (a quarter of B_k, whole column
-  // panels), each it sees any key of: on the diagonal of a causal B_q x B_k
-  // block, 5/8 of the tile's work instead of all of it (docs/performance.md,
-  // section 29). Only where the quarter holds at least 64 keys: 64-key tiles
-  // gained (AVX-512, B_k = 256), 16-key ones lost 0.88-1.05x (the AVX2
-  // variant's B_k = 96, forced on the same Xeon). So the tiles a row's
+  // it in narrower tiles of `narrow` keys (64, whole column panels), each it
+  // sees any key of: on the diagonal of a causal B_q x B_k block of B_k =
+  // 256, 5/8 of the tile's work instead of all of it (docs/performance.md,
+  // section 29). Only where a quarter of B_k holds at least 64 keys: 64-key
+  // tiles gained (AVX-512, B_k = 256), 16-key ones lost 0.88-1.05x (the AVX2
+  // variant's B_k = 96, forced on the same Xeon). At B_k = 1024 (the
+  // avx512amx variant's) 64 keys took the causal forward 10-12% faster than
+  // a quarter's 256 did (section 49). So the tiles a row's
   // online softmax visits follow from its own mask alone, never from the
   // block around it: B_q, and g heads stacked in a block (B_q / g positions)
   // against the same heads repeated (B_q positions), change no bit (before,
@@ -349,7 +359,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   // and began its tiles at its first visible key: GQA under a window, or at
   // B_q > B_k, was not bitwise; docs/performance.md, section 40).
   const std::size_t panel = std::max<std::size_t>(1, attn::simd().panel);
-  const std::size_t narrow = B_c / 4 >= 64 ? B_c / 4 / panel * panel : B_c;
+  const std::size_t narrow = B_c / 4 >= 64 ? std::max(panel, 64 / panel * panel) : B_c;
   enum class Take { none, whole, narrowed };
   auto take = [&](const Block& blk, std::size_t r_, std::size_t j0, std::size_t cols) {
     const auto keys = mask.keys(blk.b, blk.i0 + r_);
@@ -373,24 +383,30 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         if constexpr (T::decode_capable)
           T::decode_scores(Q_i + rs.first * d_k, rs.size(), &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale,
                            w.S_ij, &in.v(blk.b, blk.hk, j0, 0), d_v);
-      } else if (dot16) {
-        if constexpr (T::micro && std::is_same_v<S, bf16>) {
-          const SimdKernels& v = attn::simd();
-          v.pack_keys_bf16(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, words(w.k_buf));
-          // strips of the rows, each its scores, softmax and P V in turn (the strip's scores stay in cache)
-          for (std::size_t first = rs.first; first < rs.last; first += strip) {
-            const RowSpan part{first, std::min(first + strip, rs.last)};
-            v.gemm_bf16(reinterpret_cast<const std::uint32_t*>(Q_i) + first * dp, dp, words(w.k_buf), w.S_ij, cols,
-                        part.size(), cols, dp, raw_scores ? 1.0f : scale, false);
-            for (std::size_t r_ = part.first; r_ < part.last; ++r_)
-              mask_row_if_partial(w.S_ij + (r_ - first) * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
-            visit(j0, cols, part);
-          }
-          return;
-        }
       } else {
-        const A* K_j = T::load_k(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, w.k_buf);
-        T::scores(Q_i + rs.first * d_k, K_j, w.S_ij, rs.size(), cols, d_k, scale);
+        // K packed once a tile, then the rows a strip at a time, each its
+        // scores, softmax and P V in turn (the strip's scores stay in cache)
+        const A* K_j = nullptr;
+        if (dot16) {
+          if constexpr (T::micro && std::is_same_v<S, bf16>)
+            attn::simd().pack_keys_bf16(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, words(w.k_buf));
+        } else {
+          K_j = T::load_k(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, w.k_buf);
+        }
+        for (std::size_t first = rs.first; first < rs.last; first += strip) {
+          const RowSpan part{first, std::min(first + strip, rs.last)};
+          if (dot16) {
+            if constexpr (T::micro && std::is_same_v<S, bf16>)
+              attn::simd().gemm_bf16(reinterpret_cast<const std::uint32_t*>(Q_i) + first * dp, dp, words(w.k_buf),
+                                     w.S_ij, cols, part.size(), cols, dp, raw_scores ? 1.0f : scale, false);
+          } else {
+            T::scores(Q_i + first * d_k, K_j, w.S_ij, part.size(), cols, d_k, scale);
+          }
+          for (std::size_t r_ = part.first; r_ < part.last; ++r_)
+            mask_row_if_partial(w.S_ij + (r_ - first) * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
+          visit(j0, cols, part);
+        }
+        return;
       }
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_)
         mask_row_if_partial(w.S_ij + (r_ - rs.first) * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
@@ -442,7 +458,9 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     if constexpr (normalised) std::fill(c_i, c_i + rows, one);
     std::fill(O_i, O_i + rows * d_v, zero);
 
-    std::pair<std::size_t, std::size_t> packed_v{SIZE_MAX, 0};  // the key tile whose V is in v_buf (dot16)
+    // the key tile whose V is loaded (V_j; dot16: its pairs in v_buf), once a tile for all its strips
+    std::pair<std::size_t, std::size_t> packed_v{SIZE_MAX, 0};
+    const A* V_j = nullptr;
     each_key_tile(blk, w, Q_i, j_begin, j_end, [&](std::size_t j0, std::size_t cols, RowSpan rs) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         A* s = S_ij + (r_ - rs.first) * cols;
@@ -502,8 +520,11 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
                       true);
         }
       } else {
-        T::pv(S_ij, T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf), O_i + rs.first * d_v,
-              rs.size(), cols, d_v);
+        if (packed_v != std::pair{j0, cols}) {
+          V_j = T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf);
+          packed_v = {j0, cols};
+        }
+        T::pv(S_ij, V_j, O_i + rs.first * d_v, rs.size(), cols, d_v);
       }
     });
 
@@ -916,7 +937,7 @@ Result<S> Streaming::run(const Inputs<S>& in, const Options& opt, Workspace& ws)
 template <class S, Accumulate P>
 std::size_t Streaming::workspace_bytes(const Shape& s, const Options& opt) {
   using A = accumulate_t<S, P>;
-  return streaming_bytes<S, A>(s, opt, block_q(opt, dot_tiles<S, A>(s)), block_k(opt, dot_tiles<S, A>(s)));
+  return streaming_bytes<S, A>(s, opt, block_q(opt, own_tiles<S, A>(s)), block_k(opt, own_tiles<S, A>(s)));
 }
 
 template <class S, Accumulate P>

@@ -49,12 +49,13 @@ struct Streaming {
   static std::size_t backward_workspace_bytes(const Shape& s, const Options& opt);
 
   // Defaults: the tiles measured for the vector kernels in use (attn/simd/simd.hpp);
-  // `dot`: bf16 storage on its dot products past a decode step, the variant's dot tiles where it has them.
-  static std::size_t block_q(const Options& opt, bool dot = false) {
-    return opt.block_q ? opt.block_q : dot && simd().dot_block_q ? simd().dot_block_q : simd().block_q;
+  // `own`: the variant's own tiles for the arithmetic in use past a decode step, where it has them
+  // (streaming.cpp's own_tiles).
+  static std::size_t block_q(const Options& opt, const SimdKernels::Tiling* own = nullptr) {
+    return opt.block_q ? opt.block_q : own && own->block_q ? own->block_q : simd().block_q;
   }
-  static std::size_t block_k(const Options& opt, bool dot = false) {
-    return opt.block_k ? opt.block_k : dot && simd().dot_block_k ? simd().dot_block_k : simd().block_k;
+  static std::size_t block_k(const Options& opt, const SimdKernels::Tiling* own = nullptr) {
+    return opt.block_k ? opt.block_k : own && own->block_k ? own->block_k : simd().block_k;
   }
   // The backward's: Options::block_q / block_k when set, else its own measured tiles.
   static std::size_t backward_block_q(const Options& opt) { return opt.block_q ? opt.block_q : simd().backward_block_q; }

@@ -39,12 +39,15 @@ struct SimdKernels {
   std::size_t panel = 0;  // nv * lanes: the column panel width of packed B
   // The streaming backend's tiles measured for this variant (docs/performance.md).
   std::size_t block_q = 0, block_k = 0;
-  // Its forward's tiles for bf16 storage on gemm_bf16 (the dot products) past a
-  // decode step, where measured apart (0: block_q, block_k).
-  std::size_t dot_block_q = 0, dot_block_k = 0;
-  // Their strips (streaming.cpp's strip_rows): a strip's scores and P~ with
-  // the key tile's packed K and V within this many bytes (0: no strips).
-  std::size_t dot_strip_bytes = 0;
+  // Its forward's tiles past a decode step for one arithmetic, where measured
+  // apart (0: block_q, block_k), and their strips (streaming.cpp's
+  // strip_rows): a strip's scores (and P~ pairs) with the key tile's packed
+  // K and V within strip_bytes (0: no strips).
+  struct Tiling {
+    std::size_t block_q = 0, block_k = 0, strip_bytes = 0;
+  };
+  Tiling dot_tiles;    // bf16 storage on gemm_bf16 (the dot products)
+  Tiling micro_tiles;  // fp32 accumulation on the micro-kernel (fp32 storage, or narrow storage widened)
   // Its backward pass's tiles: P and dS of B_q x B_k and K, V packed three
   // ways stay in L2 (variant_*.cpp: where each was measured; docs/performance.md).
   std::size_t backward_block_q = 0, backward_block_k = 0;

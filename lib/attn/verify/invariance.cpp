@@ -63,10 +63,11 @@ namespace {
 // AVX-512 and 96 on AVX2, whose B_q = 512 stacks 256 positions of two heads
 // in a block, so that grouped and repeated heads' blocks differ; backward
 // 96 x 256 and 64 x 96; the BLAS backends' 64-row blocks), with two query
-// heads per K/V head (grouped) and d = 32. Not the avx512amx variant's bf16
-// forward, whose key tiles of 1024 take the 300 keys in one (its strips and
-// several key tiles: unit_test's Tiles.StripsOfTheDotTilesChangeNoBit and
-// scripts/mutate's check matrix).
+// heads per K/V head (grouped) and d = 32. Not the avx512amx variant's bf16,
+// fp32 and fp16 forwards, whose key tiles of 1024 take the 300 keys in one
+// (their strips and several key tiles: unit_test's Tiles.StripsChangeNoBit
+// and scripts/mutate's check matrix; the other variants' tiles, the same
+// code, here).
 constexpr std::size_t N = 300, D = 32, H = 4, H_KV = 2;
 // A chunk boundary that is no multiple of any block size.
 constexpr std::size_t C = 100;

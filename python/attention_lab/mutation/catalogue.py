@@ -86,8 +86,8 @@ MUTANTS = [
     Mutant("mask-partial-skip-edge", KHPP, "if (mask.elementwise() || keys.begin > j0 || keys.end < j0 + cols) mask_row",
            "if (mask.elementwise() || keys.begin > j0 || keys.end + 1 < j0 + cols) mask_row",
            "a tile or slab whose row sees all but its last key is not masked (every tiled backend, both passes)"),
-    Mutant("st-hull-queries", ST, "T::scores(Q_i + rs.first * d_k,", "T::scores(Q_i,",
-           "the scores of a hull that starts below row 0 use the block's first queries"),
+    Mutant("st-hull-queries", ST, "T::scores(Q_i + first * d_k,", "T::scores(Q_i,",
+           "the scores of a strip, or of a hull that starts below row 0, use the block's first queries"),
     Mutant("st-o-not-reset", ST, "std::fill(O_i, O_i + rows * d_v, zero);", "",
            "a worker's O tile is reused across query blocks without reset"),
     Mutant("st-l-not-reset", ST, "      l_i[r_] = sink > minus_inf ? one : zero;\n", "",
@@ -270,11 +270,18 @@ MUTANTS = [
     Mutant("amx-direct-row", SIMD, "_tile_stored(2, c + 16 * ldc, ldc_bytes);", "_tile_stored(2, c + 15 * ldc, ldc_bytes);",
            "a whole block's scores stored straight from the tiles: the second row tile one row up", simd="avx512amx"),
     # the dot tiles' strips (streaming.cpp's strip_rows): a block's rows a strip at a time against each key tile
-    Mutant("strip-first-rows", ST, "(Q_i) + first * dp, dp, words(w.k_buf), w.S_ij, cols,",
-           "(Q_i) + rs.first * dp, dp, words(w.k_buf), w.S_ij, cols,",
+    Mutant("strip-first-rows", ST, "(Q_i) + first * dp, dp, words(w.k_buf),",
+           "(Q_i) + rs.first * dp, dp, words(w.k_buf),",
            "every strip of a block takes the first strip's rows of Q", simd="avx512amx"),
     Mutant("strip-v-kept", ST, "if (packed_v != std::pair{j0, cols}) {", "if (packed_v.second != cols) {",
-           "V packed once a block: the next key tile of the same width keeps the last tile's V", simd="avx512amx"),
+           "V packed once a block: the next key tile of the same width keeps the last tile's V", count=2,
+           simd="avx512amx"),
+    # the micro-kernel's strips (fp32 accumulation; the avx512amx variant's micro_tiles)
+    Mutant("strip-first-rows-micro", ST, "T::scores(Q_i + first * d_k,", "T::scores(Q_i + rs.first * d_k,",
+           "every strip of a block takes the first strip's rows of Q (fp32 on the micro-kernel)", simd="avx512amx"),
+    Mutant("strip-v-kept-micro", ST, "if (packed_v != std::pair{j0, cols}) {", "if (packed_v.second != cols) {",
+           "V loaded once a block: the next key tile of the same width keeps the last tile's V (the micro-kernel's "
+           "path, every variant)", nth=2, count=2),
     # the forward's unscaled bf16 scores (streaming.cpp's raw_scores): the softmax applies the scale
     Mutant("raw-scores-exp-unscaled", SIMD, "_mm512_sub_ps(_mm512_mul_round_ps(_mm512_loadu_ps(x), by, nearest), shift)",
            "_mm512_sub_ps(_mm512_loadu_ps(x), shift)", "P~ = exp(s - m) of the unscaled scores: the scale lost in the exp",
