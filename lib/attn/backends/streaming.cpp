@@ -350,7 +350,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   // section 29). Only where a quarter of B_k holds at least 64 keys: 64-key
   // tiles gained (AVX-512, B_k = 256), 16-key ones lost 0.88-1.05x (the AVX2
   // variant's B_k = 96, forced on the same Xeon). At B_k = 1024 (the
-  // avx512amx variant's) 64 keys took the causal forward 10-12% faster than
+  // avx512amx variant's) 64 keys took the causal forward 8-12% faster than
   // a quarter's 256 did (section 49). So the tiles a row's
   // online softmax visits follow from its own mask alone, never from the
   // block around it: B_q, and g heads stacked in a block (B_q / g positions)
