@@ -47,22 +47,36 @@ struct Tiles {
     if constexpr (micro) detail::tile_gemm_packed(q, d_k, k, s, cols, rows, cols, d_k, scale, false);
     else detail::scores_tile<A>(q, k, s, rows, cols, d_k, scale);
   }
-  // o += p v: p [rows, cols], v as load_v left it, o [rows, d_v].
-  static void pv(const A* p, const A* v, A* o, std::size_t rows, std::size_t cols, std::size_t d_v) {
-    if constexpr (micro) detail::tile_gemm_packed(p, cols, v, o, d_v, rows, d_v, cols, 1.0f, true);
-    else detail::pv_tile<A>(p, v, o, rows, cols, d_v, true);
-  }
-  // o += p v over the first `used` of the `cols` keys load_v packed (p [rows,
-  // used]): the micro-kernel's panels of v hold `cols` rows each, so it
-  // takes them one panel at a time (the backward's narrowed visits).
-  static void pv_prefix(const A* p, const A* v, A* o, std::size_t rows, std::size_t used, std::size_t cols,
-                        std::size_t d_v) {
+  // o += p v over keys [first, first + used) of the `cols` keys load_v left
+  // (p [rows, used]), o [rows, d_v]; `first` a whole number of panels (the
+  // narrowed visits of both passes). The micro-kernel's panels of v hold
+  // `cols` rows each, so a part of them is taken one panel at a time, as
+  // tile_gemm_packed takes its panels (the same chain for each element).
+  // All keys in one call: one call a panel measured 2.5% slower there (fp32,
+  // d = 128, whole tiles; docs/performance.md, section 51).
+  static void pv(const A* p, const A* v, A* o, std::size_t rows, std::size_t first, std::size_t used,
+                 std::size_t cols, std::size_t d_v) {
     if constexpr (micro) {
+      if (first == 0 && used == cols) return detail::tile_gemm_packed(p, cols, v, o, d_v, rows, d_v, cols, 1.0f, true);
       const std::size_t panel = attn::simd().panel;
-      for (std::size_t c0 = 0; c0 < d_v; c0 += panel)
-        detail::tile_gemm_packed(p, used, v + c0 * cols, o + c0, d_v, rows, std::min(panel, d_v - c0), used, 1.0f, true);
+      for (std::size_t c0 = 0; c0 < d_v; c0 += panel) {
+        const std::size_t wide = std::min(panel, d_v - c0);
+        detail::tile_gemm_packed(p, used, v + c0 * cols + first * wide, o + c0, d_v, rows, wide, used, 1.0f, true);
+      }
     } else {
-      detail::pv_tile<A>(p, v, o, rows, used, d_v, true);
+      detail::pv_tile<A>(p, v + first * d_v, o, rows, used, d_v, true);
+    }
+  }
+  // The same with bf16 dot products (dot_bf16): P~'s pairs p [rows,
+  // ceil(used / 2)], v as pack_values_bf16 left it (a panel's row: a pair of keys).
+  static void pv_pairs(const std::uint32_t* p, const std::uint32_t* v, float* o, std::size_t rows, std::size_t first,
+                       std::size_t used, std::size_t cols, std::size_t d_v) {
+    const SimdKernels& k = attn::simd();
+    const std::size_t up = (used + 1) / 2, kp = (cols + 1) / 2;
+    if (first == 0 && used == cols) return k.gemm_bf16(p, up, v, o, d_v, rows, d_v, up, 1.0f, true);
+    for (std::size_t c0 = 0; c0 < d_v; c0 += k.panel) {
+      const std::size_t wide = std::min(k.panel, d_v - c0);
+      k.gemm_bf16(p, up, v + c0 * kp + first / 2 * wide, o + c0, d_v, rows, wide, up, 1.0f, true);
     }
   }
   // o += p^T v: p [rows, cols] as it is, v as load_v left it (rows rows), o
@@ -342,37 +356,46 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
   for (std::size_t b = 0; b < sh.batch; ++b) sequence_keys[b] = block_keys(mask, b, 0, n_q, n_kv);
 
   // Key tiles lie on one grid, [t B_k, (t + 1) B_k) of the keys within the
-  // sequence's keys, whatever the block. A row that sees a tile whole takes it in one piece; a row that
-  // sees only part of it (a causal mask's diagonal, a window's edges) takes
-  // it in narrower tiles of `narrow` keys (64, whole column panels), each it
-  // sees any key of: on the diagonal of a causal B_q x B_k block of B_k =
-  // 256, 5/8 of the tile's work instead of all of it (docs/performance.md,
-  // section 29). Only where a quarter of B_k holds at least 64 keys: 64-key
-  // tiles gained (AVX-512, B_k = 256), 16-key ones lost 0.88-1.05x (the AVX2
-  // variant's B_k = 96, forced on the same Xeon). At B_k = 1024 (the
-  // avx512amx variant's) 64 keys took the causal forward 8-12% faster than
-  // a quarter's 256 did (section 49). So the tiles a row's
-  // online softmax visits follow from its own mask alone, never from the
-  // block around it: B_q, and g heads stacked in a block (B_q / g positions)
-  // against the same heads repeated (B_q positions), change no bit (before,
-  // a block narrowed a tile for all its rows when one row saw part of it,
-  // and began its tiles at its first visible key: GQA under a window, or at
-  // B_q > B_k, was not bitwise; docs/performance.md, section 40).
+  // sequence's keys, whatever the block. A row that sees a tile whole takes
+  // it whole; a row that sees only part of it (a causal mask's diagonal, a
+  // window's edges) takes, in one visit, the keys it may see there widened
+  // to whole steps of `narrow` keys (64, whole column panels) from the
+  // tile's start: on a causal diagonal, rows take 64, 128, ... keys of the
+  // tile, and the rows that take the same keys (64 positions) go together.
+  // Only where a quarter of B_k holds at least 64 keys: 64-key steps gained
+  // (AVX-512, B_k = 256), 16-key ones lost 0.88-1.05x (the AVX2 variant's
+  // B_k = 96, forced on the same Xeon; docs/performance.md, section 29). At
+  // B_k = 1024 (the avx512amx variant's) 64 keys took the causal forward
+  // 8-12% faster than a quarter's 256 did (section 49); one visit of them,
+  // with K and V packed once a tile for all runs, took it 4-7% faster in
+  // fp32 and 16-17% in bf16 than a visit per 64 keys (section 51). So the keys a
+  // row's online softmax visits follow from its own mask alone, never from
+  // the block around it: B_q, and g heads stacked in a block (B_q / g
+  // positions) against the same heads repeated (B_q positions), change no
+  // bit (before, a block narrowed a tile for all its rows when one row saw
+  // part of it, and began its tiles at its first visible key: GQA under a
+  // window, or at B_q > B_k, was not bitwise; section 40).
   const std::size_t panel = std::max<std::size_t>(1, attn::simd().panel);
   const std::size_t narrow = B_c / 4 >= 64 ? std::max(panel, 64 / panel * panel) : B_c;
-  enum class Take { none, whole, narrowed };
-  auto take = [&](const Block& blk, std::size_t r_, std::size_t j0, std::size_t cols) {
+  // The keys [begin, end) of tile [t0, t0 + width) that position r_ of the block visits (empty: none).
+  auto visit_of = [&](const Block& blk, std::size_t r_, std::size_t t0, std::size_t width) {
     const auto keys = mask.keys(blk.b, blk.i0 + r_);
-    if (keys.size() == 0 || keys.begin >= j0 + cols || keys.end <= j0) return Take::none;
-    return cols > narrow && (keys.begin > j0 || keys.end < j0 + cols) ? Take::narrowed : Take::whole;
+    if (keys.size() == 0 || keys.begin >= t0 + width || keys.end <= t0) return MaskView::Range{0, 0};
+    const std::size_t lo = std::max(keys.begin, t0) - t0, hi = std::min(keys.end, t0 + width) - t0;
+    return MaskView::Range{t0 + lo / narrow * narrow, t0 + std::min(width, (hi + narrow - 1) / narrow * narrow)};
   };
 
   // For each key tile of [j_begin, j_end) some row sees: its scores (soft-cap,
-  // ALiBi, mask applied) in S_ij, then visit(j0, cols, rows [first, last)).
+  // ALiBi, mask applied) in S_ij, then visit(j0, cols, rows [first, last),
+  // packed), for each run of rows that visit keys [j0, j0 + cols) of it.
+  // Past a decode step the keys `packed` of the tile (every run's) are
+  // packed once, K here and V by the visit (load_v), and a run takes its
+  // keys' part of them: a whole number of column panels from their start.
   auto each_key_tile = [&](const Block& blk, const Scratch<A>& w, const A* Q_i, std::size_t j_begin, std::size_t j_end,
                            auto&& visit) {
-    // Key tile [j0, j0 + cols) for the positions pos of the block.
-    auto tile = [&](std::size_t j0, std::size_t cols, RowSpan pos) {
+    const A* K_j = nullptr;  // the tile's K as load_k left it (bf16 dot products: its pairs in k_buf)
+    // Keys [j0, j0 + cols) for the positions pos of the block.
+    auto tile = [&](std::size_t j0, std::size_t cols, RowSpan pos, MaskView::Range packed) {
       const RowSpan rs{pos.first * g, pos.last * g};
       if (decoding() && dot16) {  // K read in place as pairs (simd.hpp's decode_scores_pairs)
         if constexpr (T::micro && std::is_same_v<S, bf16>)
@@ -384,49 +407,58 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
           T::decode_scores(Q_i + rs.first * d_k, rs.size(), &in.k(blk.b, blk.hk, j0, 0), cols, d_k, scale,
                            w.S_ij, &in.v(blk.b, blk.hk, j0, 0), d_v);
       } else {
-        // K packed once a tile, then the rows a strip at a time, each its
-        // scores, softmax and P V in turn (the strip's scores stay in cache)
-        const A* K_j = nullptr;
-        if (dot16) {
-          if constexpr (T::micro && std::is_same_v<S, bf16>)
-            attn::simd().pack_keys_bf16(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, words(w.k_buf));
-        } else {
-          K_j = T::load_k(&in.k(blk.b, blk.hk, j0, 0), cols, d_k, w.k_buf);
-        }
+        // The rows a strip at a time, each its scores, softmax and P V in
+        // turn (the strip's scores stay in cache). The run's keys start
+        // `skip` keys into the tile's K, a whole number of its panels: skip
+        // d_k values further (packed, or as stored), skip dp pairs with bf16 dot products.
+        const std::size_t skip = j0 - packed.begin;
         for (std::size_t first = rs.first; first < rs.last; first += strip) {
           const RowSpan part{first, std::min(first + strip, rs.last)};
           if (dot16) {
             if constexpr (T::micro && std::is_same_v<S, bf16>)
-              attn::simd().gemm_bf16(reinterpret_cast<const std::uint32_t*>(Q_i) + first * dp, dp, words(w.k_buf),
-                                     w.S_ij, cols, part.size(), cols, dp, raw_scores ? 1.0f : scale, false);
+              attn::simd().gemm_bf16(reinterpret_cast<const std::uint32_t*>(Q_i) + first * dp, dp,
+                                     words(w.k_buf) + skip * dp, w.S_ij, cols, part.size(), cols, dp,
+                                     raw_scores ? 1.0f : scale, false);
           } else {
-            T::scores(Q_i + first * d_k, K_j, w.S_ij, part.size(), cols, d_k, scale);
+            T::scores(Q_i + first * d_k, K_j + skip * d_k, w.S_ij, part.size(), cols, d_k, scale);
           }
           for (std::size_t r_ = part.first; r_ < part.last; ++r_)
             mask_row_if_partial(w.S_ij + (r_ - first) * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
-          visit(j0, cols, part);
+          visit(j0, cols, part, packed);
         }
         return;
       }
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_)
         mask_row_if_partial(w.S_ij + (r_ - rs.first) * cols, mask, blk.b, head_of(blk, r_), query_of(blk, r_), j0, cols);
-      visit(j0, cols, rs);
+      visit(j0, cols, rs, packed);
     };
     if (j_begin >= j_end) return;  // (an item with no keys: its first tile would start before j_begin)
     const MaskView::Range seq = sequence_keys[blk.b];
     for (std::size_t g0 = j_begin / B_c * B_c; g0 < j_end; g0 += B_c) {
       const std::size_t t0 = std::max(g0, seq.begin), width = std::min(g0 + B_c, seq.end) - t0;
-      // runs of adjacent positions that take the tile alike
+      // the keys any position visits, K's packed once for all
+      MaskView::Range packed{t0 + width, t0};
+      for (std::size_t r_ = 0; r_ < blk.positions; ++r_) {
+        const MaskView::Range keys = visit_of(blk, r_, t0, width);
+        if (keys.size() > 0) packed = {std::min(packed.begin, keys.begin), std::max(packed.end, keys.end)};
+      }
+      if (packed.size() == 0) continue;
+      if (decoding()) {  // K read in place
+      } else if (dot16) {
+        if constexpr (T::micro && std::is_same_v<S, bf16>)
+          attn::simd().pack_keys_bf16(&in.k(blk.b, blk.hk, packed.begin, 0), packed.size(), d_k, words(w.k_buf));
+      } else {
+        K_j = T::load_k(&in.k(blk.b, blk.hk, packed.begin, 0), packed.size(), d_k, w.k_buf);
+      }
+      // runs of adjacent positions that visit the same keys of the tile
       for (std::size_t first = 0, last = 0; first < blk.positions; first = last) {
-        const Take how = take(blk, first, t0, width);
-        for (last = first + 1; last < blk.positions && take(blk, last, t0, width) == how;) ++last;
-        if (how == Take::whole) tile(t0, width, {first, last});
-        if (how != Take::narrowed) continue;
-        for (std::size_t j0 = t0; j0 < t0 + width; j0 += narrow) {
-          const std::size_t cols = std::min(narrow, t0 + width - j0);
-          const RowSpan pos = rows_seeing(mask, blk.b, blk.i0 + first, last - first, j0, cols);
-          if (pos.size() > 0) tile(j0, cols, {first + pos.first, first + pos.last});
+        const MaskView::Range keys = visit_of(blk, first, t0, width);
+        for (last = first + 1; last < blk.positions;) {
+          const MaskView::Range next = visit_of(blk, last, t0, width);
+          if (next.begin != keys.begin || next.end != keys.end) break;
+          ++last;
         }
+        if (keys.size() > 0) tile(keys.begin, keys.size(), {first, last}, packed);
       }
     }
   };
@@ -461,7 +493,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     // the key tile whose V is loaded (V_j; dot16: its pairs in v_buf), once a tile for all its strips
     std::pair<std::size_t, std::size_t> packed_v{SIZE_MAX, 0};
     const A* V_j = nullptr;
-    each_key_tile(blk, w, Q_i, j_begin, j_end, [&](std::size_t j0, std::size_t cols, RowSpan rs) {
+    each_key_tile(blk, w, Q_i, j_begin, j_end, [&](std::size_t j0, std::size_t cols, RowSpan rs, MaskView::Range packed) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         A* s = S_ij + (r_ - rs.first) * cols;
         // m_new = max(m_i, rowmax(S_ij));  P~_ij = exp(S_ij - m_new)
@@ -511,20 +543,19 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
       } else if (dot16) {  // P~ as bf16 pairs (exp_pairs_bf16 above), bf16 dot products with V's pairs
         if constexpr (T::micro && std::is_same_v<S, bf16>) {
           const SimdKernels& v = attn::simd();
-          const std::size_t cp = (cols + 1) / 2;
-          if (packed_v != std::pair{j0, cols}) {  // once a tile, for all its strips
-            v.pack_values_bf16(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, words(v_buf));
-            packed_v = {j0, cols};
+          if (packed_v != std::pair{packed.begin, packed.size()}) {  // once a tile, for all its strips and runs
+            v.pack_values_bf16(&in.v(blk.b, blk.hk, packed.begin, 0), packed.size(), d_v, words(v_buf));
+            packed_v = {packed.begin, packed.size()};
           }
-          v.gemm_bf16(p_pairs, cp, words(v_buf), O_i + rs.first * d_v, d_v, rs.size(), d_v, cp, 1.0f,
-                      true);
+          T::pv_pairs(p_pairs, words(v_buf), O_i + rs.first * d_v, rs.size(), j0 - packed.begin, cols, packed.size(),
+                      d_v);
         }
       } else {
-        if (packed_v != std::pair{j0, cols}) {
-          V_j = T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf);
-          packed_v = {j0, cols};
+        if (packed_v != std::pair{packed.begin, packed.size()}) {
+          V_j = T::load_v(&in.v(blk.b, blk.hk, packed.begin, 0), packed.size(), d_v, v_buf);
+          packed_v = {packed.begin, packed.size()};
         }
-        T::pv(S_ij, V_j, O_i + rs.first * d_v, rs.size(), cols, d_v);
+        T::pv(S_ij, V_j, O_i + rs.first * d_v, rs.size(), j0 - packed.begin, cols, packed.size(), d_v);
       }
     });
 
@@ -596,7 +627,7 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
         w.m_i[r_] = convert<A>((*r.lse)(blk.b, head_of(blk, r_), query_of(blk, r_)));  // exact: computed in A
       }
       const auto [lo, hi] = block_keys(mask, blk.b, blk.i0, blk.positions, n_kv);
-      each_key_tile(blk, w, load_q(blk, w.q_buf), lo, hi, [&](std::size_t j0, std::size_t cols, RowSpan rs) {
+      each_key_tile(blk, w, load_q(blk, w.q_buf), lo, hi, [&](std::size_t j0, std::size_t cols, RowSpan rs, MaskView::Range) {
         for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
           const A* s = w.S_ij + (r_ - rs.first) * cols;
           if (!(w.m_i[r_] > minus_inf)) continue;
@@ -877,7 +908,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
             continue;
           }
           // dQ_i += dS' K_j
-          T::pv_prefix(w.dS, K_vals, dq(x) + r0 * d_k, rows, used, cols, d_k);
+          T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, 0, used, cols, d_k);
           // dV_j += P^T dO_i;  dK_j += dS'^T Q_i. dO_i and Q_i as the B operand from the K/V head's copies in A
           // (narrow storage widened once per K/V head: the packing copies, converting nothing, and the
           // storage is not read again per key tile; the same values, so the same bits).

@@ -45,12 +45,23 @@ MUTANTS = [
     # streaming: the online-softmax recurrence
     Mutant("st-skip-o-rescale", ST, "for (std::size_t c = 0; c < d_v; ++c) O_i[r_ * d_v + c] *= alpha;", "",
            "O is not rescaled when the running max grows"),
-    Mutant("st-narrow-step", ST, "for (std::size_t j0 = t0; j0 < t0 + width; j0 += narrow) {",
-           "for (std::size_t j0 = t0; j0 < t0 + width; j0 += B_c) {",
-           "rows that see a tile in part (a causal diagonal) take only its first narrow tile: its other keys are never seen"),
-    Mutant("st-narrow-rows", ST, "rows_seeing(mask, blk.b, blk.i0 + first, last - first, j0, cols);",
-           "rows_seeing(mask, blk.b, blk.i0 + first, last - first, j0 + cols, cols);",
-           "a narrowed tile takes the rows that see the next one: rows whose last keys it holds skip them"),
+    Mutant("st-narrow-step", ST, "t0 + std::min(width, (hi + narrow - 1) / narrow * narrow)",
+           "t0 + std::min(width, hi / narrow * narrow)",
+           "a row that sees a tile in part (a causal diagonal) visits its keys widened down, not up, to whole steps: "
+           "its last keys short of a step are never seen"),
+    Mutant("st-narrow-rows", ST, "if (next.begin != keys.begin || next.end != keys.end) break;",
+           "if (next.begin != keys.begin) break;",
+           "adjacent rows go together when their visits begin alike: a row whose visit ends later (a causal "
+           "diagonal) takes the first row's keys and skips its own last ones"),
+    # section 50: a tile's K and V packed once for all its runs of rows, each run taking its keys' part
+    Mutant("st-k-skip", ST, "K_j + skip * d_k, w.S_ij,", "K_j, w.S_ij,",
+           "a run of rows whose keys start past the tile's packed ones (a window's edge) scores the first keys packed"),
+    Mutant("st-k-skip-pairs", ST, "words(w.k_buf) + skip * dp,", "words(w.k_buf),",
+           "bf16 dot products: a run whose keys start past the packed ones scores the first keys packed",
+           simd="avx512amx"),
+    Mutant("st-v-pairs-offset", ST, "v + c0 * kp + first / 2 * wide,", "v + c0 * kp + first * wide,",
+           "bf16 dot products: a run whose keys start past the packed ones takes V's pairs from twice their offset",
+           simd="avx512amx"),
     # section 40: a row's key tiles and split-KV chunks from its own mask and its sequence, not from its block
     Mutant("st-tiles-from-block", ST, "for (std::size_t g0 = j_begin / B_c * B_c; g0 < j_end; g0 += B_c) {",
            "for (std::size_t g0 = j_begin; g0 < j_end; g0 += B_c) {",
@@ -102,8 +113,8 @@ MUTANTS = [
     Mutant("st-l-narrowed", ST, "row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);",
            "row_sum = A(float(exp_shifted_sum(s, cols, m_new, /*simd=*/true)));",
            "the tile's row sum narrowed to float (a wrong accumulator in fp64)"),
-    Mutant("st-v-tile-shift", ST, "T::load_v(&in.v(blk.b, blk.hk, j0, 0), cols, d_v, v_buf)",
-           "T::load_v(&in.v(blk.b, blk.hk, j0 > 0 ? j0 - 1 : 0, 0), cols, d_v, v_buf)",
+    Mutant("st-v-tile-shift", ST, "T::load_v(&in.v(blk.b, blk.hk, packed.begin, 0), packed.size(), d_v, v_buf)",
+           "T::load_v(&in.v(blk.b, blk.hk, packed.begin > 0 ? packed.begin - 1 : 0, 0), packed.size(), d_v, v_buf)",
            "V tiles after the first start one key early"),
     # streaming: the variants and split-KV
     Mutant("st-split-merge-no-rescale", ST,
@@ -270,16 +281,17 @@ MUTANTS = [
     Mutant("amx-direct-row", SIMD, "_tile_stored(2, c + 16 * ldc, ldc_bytes);", "_tile_stored(2, c + 15 * ldc, ldc_bytes);",
            "a whole block's scores stored straight from the tiles: the second row tile one row up", simd="avx512amx"),
     # the dot tiles' strips (streaming.cpp's strip_rows): a block's rows a strip at a time against each key tile
-    Mutant("strip-first-rows", ST, "(Q_i) + first * dp, dp, words(w.k_buf),",
-           "(Q_i) + rs.first * dp, dp, words(w.k_buf),",
+    Mutant("strip-first-rows", ST, "(Q_i) + first * dp, dp,", "(Q_i) + rs.first * dp, dp,",
            "every strip of a block takes the first strip's rows of Q", simd="avx512amx"),
-    Mutant("strip-v-kept", ST, "if (packed_v != std::pair{j0, cols}) {", "if (packed_v.second != cols) {",
+    Mutant("strip-v-kept", ST, "if (packed_v != std::pair{packed.begin, packed.size()}) {",
+           "if (packed_v.second != packed.size()) {",
            "V packed once a block: the next key tile of the same width keeps the last tile's V", count=2,
            simd="avx512amx"),
     # the micro-kernel's strips (fp32 accumulation; the avx512amx variant's micro_tiles)
     Mutant("strip-first-rows-micro", ST, "T::scores(Q_i + first * d_k,", "T::scores(Q_i + rs.first * d_k,",
            "every strip of a block takes the first strip's rows of Q (fp32 on the micro-kernel)", simd="avx512amx"),
-    Mutant("strip-v-kept-micro", ST, "if (packed_v != std::pair{j0, cols}) {", "if (packed_v.second != cols) {",
+    Mutant("strip-v-kept-micro", ST, "if (packed_v != std::pair{packed.begin, packed.size()}) {",
+           "if (packed_v.second != packed.size()) {",
            "V loaded once a block: the next key tile of the same width keeps the last tile's V (the micro-kernel's "
            "path, every variant)", nth=2, count=2),
     # the forward's unscaled bf16 scores (streaming.cpp's raw_scores): the softmax applies the scale
@@ -426,14 +438,14 @@ MUTANTS = [
            "used = std::max(used, end > j0 + 1 ? std::min(cols, end - j0 - 1) : 0);",
            "streaming's backward: a visit's keys end one before its rows' last visible key (lost where that key "
            "opens a column panel)"),
-    Mutant("bwd-st-dq-panel-stride", ST, "v + c0 * cols, o + c0, d_v, rows, std::min(panel, d_v - c0), used, 1.0f, true);",
-           "v + c0 * used, o + c0, d_v, rows, std::min(panel, d_v - c0), used, 1.0f, true);",
-           "streaming's backward: dQ's narrowed product reads K's later panels at the narrowed width's stride"),
+    Mutant("bwd-st-dq-panel-stride", ST, "v + c0 * cols + first * wide, o + c0,", "v + c0 * used + first * wide, o + c0,",
+           "streaming's narrowed products (the backward's dQ, the forward's diagonal and window edges) read the "
+           "later panels at the narrowed width's stride"),
     Mutant("bwd-st-causal-off-by-one", ST, "mask_row_if_partial(p, mask, b, h, i, j0, used);",
            "mask_row_if_partial(p, mask, b, h, i, j0 + 1, used);",
            "streaming: the recomputed tile masked one key off"),
-    Mutant("bwd-st-dq-storage", ST, "T::pv_prefix(w.dS, K_vals, dq(x) + r0 * d_k, rows, used, cols, d_k);",
-           "T::pv_prefix(w.dS, K_vals, dq(x) + r0 * d_k, rows, used, cols, d_k);\n"
+    Mutant("bwd-st-dq-storage", ST, "T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, 0, used, cols, d_k);",
+           "T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, 0, used, cols, d_k);\n"
            "          for (std::size_t e = r0 * d_k; e < (r0 + rows) * d_k; ++e) dq(x)[e] = convert<A>(convert<S>(dq(x)[e]));",
            "streaming: dQ accumulated in the storage precision (rounded after every key tile)"),
     Mutant("bwd-slab-dv-offset", SLAB, "gemm_tn<A>(probs, d_o, dv_acc + lo * d_v,", "gemm_tn<A>(probs, d_o, dv_acc,",
