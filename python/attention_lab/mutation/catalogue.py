@@ -53,7 +53,7 @@ MUTANTS = [
            "if (next.begin != keys.begin) break;",
            "adjacent rows go together when their visits begin alike: a row whose visit ends later (a causal "
            "diagonal) takes the first row's keys and skips its own last ones"),
-    # section 50: a tile's K and V packed once for all its runs of rows, each run taking its keys' part
+    # section 51: a tile's K and V packed once for all its runs of rows, each run taking its keys' part
     Mutant("st-k-skip", ST, "K_j + skip * d_k, w.S_ij,", "K_j, w.S_ij,",
            "a run of rows whose keys start past the tile's packed ones (a window's edge) scores the first keys packed"),
     Mutant("st-k-skip-pairs", ST, "words(w.k_buf) + skip * dp,", "words(w.k_buf),",
