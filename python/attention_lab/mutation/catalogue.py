@@ -158,7 +158,7 @@ MUTANTS = [
     # source compiled per instruction set: the default variant here runs it
     Mutant("micro-k-short", SIMD, "for (std::size_t p = 0; p < k; ++p) {\n    fbatch bv[V];",
            "for (std::size_t p = 0; p + 1 < k; ++p) {\n    fbatch bv[V];", "the last term of each dot product is dropped"),
-    Mutant("micro-ragged-rows", SIMD, "if (m == R) micro<R, V, AT>(a, lda", "if (m == R && R > 1) micro<R, V, AT>(a, lda",
+    Mutant("micro-ragged-rows", SIMD, "if (m == R) micro<R, V, AT, PF>(a, lda", "if (m == R && R > 1) micro<R, V, AT, PF>(a, lda",
            "a strip of one row left over by MR is skipped"),
     Mutant("micro-panel-edge", SIMD, "for (; j + W <= n; j += W) rows_of<1, MR1, AT>",
            "for (; j + W < n; j += W) rows_of<1, MR1, AT>",
@@ -175,6 +175,12 @@ MUTANTS = [
            "rows_of<NV, MR, AT>(a, lda, bp + j * k, P, c + j, ldc, m - 1, k, alpha, accumulate);",
            "the panels-outer loop leaves each product's last row out of its full panels (a tile's last query row, "
            "a decode step's only row, keeps stale scores)"),
+    # section 53: products longer than 256 steps (the forward's P V over 1024-key tiles) with B prefetched
+    Mutant("micro-packed-last-row-long", SIMD,
+           "rows_of<NV, MR, AT, MR, true>(a, lda, bp + j * k, P, c + j, ldc, m, k, alpha, accumulate);",
+           "rows_of<NV, MR, AT, MR, true>(a, lda, bp + j * k, P, c + j, ldc, m - 1, k, alpha, accumulate);",
+           "the prefetching loop of long products leaves each product's last row out (the P V of a strip's last "
+           "row over a 1024-key tile is never added)", simd="avx512amx"),
     Mutant("decode-hadd-w-lanes", SIMD, "_mm512_shuffle_ps(u, v, 0xDD)", "_mm512_shuffle_ps(v, u, 0xDD)",
            "the decode step's batched horizontal sums (AVX-512) add pairs of lanes of different dots: scores of "
            "other keys mixed in"),
