@@ -1,6 +1,9 @@
 #include "attn/backends/streaming.hpp"
 
 #include <cstring>
+#include <mutex>
+#include <numeric>
+#include <thread>
 
 #include <xsimd/xsimd.hpp>
 
@@ -644,8 +647,8 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 
 // --- The backward pass (FlashAttention-2, Dao 2023, algorithm 2) -----------
 //
-// Per (batch, K/V head), one worker, key blocks outer, the K/V head's g query
-// heads and their query blocks inner:
+// Per (batch, K/V head), key blocks outer, the K/V head's g query heads and
+// their query blocks inner:
 //   for each key block K_j, V_j (B_k keys; packed once):
 //     dK_j = dV_j = 0 (tile accumulators)
 //     for each query head of the K/V head, each query block i whose rows see
@@ -653,19 +656,34 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 //       S = scale Q_i K_j^T, soft-capped (keeping its derivative f), + ALiBi + mask
 //       P = exp(S - lse_i)   (lse saved by the forward, the sink's term included)
 //       dP = dO_i V_j^T;  D_i = dO_i . O_i;  dS = P o (dP - D_i);  dS' = dS o f
-//       dQ_i += dS' K_j;  dV_j += P^T dO_i;  dK_j += dS'^T Q_i  (P, dS' read as
-//       their transposes in place by the micro-kernel; other types transpose)
+//       dV_j += P^T dO_i;  dK_j += dS'^T Q_i  (P, dS' read as their
+//       transposes in place by the micro-kernel; other types transpose)
+//       dQ_i += dS' K_j, in key block order (below)
 //     dK_j = scale dK_j, dV_j -> storage
 //   dQ = scale dQ -> storage;  d(sink_h) = -sum_i exp(sink_h - lse_i) D_i
 // All five products run on the forward's tiles (the micro-kernel for fp32
 // accumulation, with every B operand packed in its column panels), and P on
-// its vectorised exp. A K/V head is one work item, done by one worker in a
-// fixed order, so the result is bitwise independent of the thread count and
-// of scheduling: no reduction across workers at all (the price: no
-// parallelism inside one K/V head; B H_kv work items). dQ accumulates in the
-// output itself when the storage is the accumulation type, otherwise in one
-// g n_q x d_k buffer per worker in the accumulation type (the size of the
-// gradient itself). D_i = dO_i . O_i is computed again for each query block
+// its vectorised exp.
+// Work items, as FlashAttention-2 divides the backward: a K/V head's key
+// blocks in C chunks (chunk c: blocks c, c + C, c + 2C, ...), C = T /
+// gcd(B H_kv, T) for T threads (so that the B H_kv C items divide evenly among
+// the workers; 1 when the heads already do), at most the head's key blocks.
+// A chunk owns its blocks' dK_j and dV_j outright. dQ_i is shared by the
+// head's chunks, and its sum keeps one order whatever the workers: key block
+// t adds dS' K_t to dQ_i only when the blocks before it that visit query
+// block i have (a turn per query block: the next visitor's index, which the
+// adder passes on; blocks with nothing for it are passed over), so dQ_i =
+// ((dS_0 K_0 + dS_1 K_1) + dS_2 K_2) + ..., the order of one worker walking
+// the key blocks alone. The result is therefore bitwise independent
+// of the thread count, of C and of scheduling. A head's chunks are handed out
+// one after the other and C <= T, so when one waits for a turn, the chunk
+// holding it is running (the earliest head in flight always progresses).
+// The adds come last in a visit, after dV_j and dK_j, so that the wait is
+// short: the two chunks of a head run in step, one visit apart.
+// dQ accumulates in the output itself when the storage is the accumulation
+// type, otherwise in a g n_q x d_k buffer in the accumulation type (the size
+// of the gradient itself), one per head in flight (at most one per worker:
+// a head in flight has a chunk running). D_i = dO_i . O_i is computed again for each query block
 // a key tile visits (dot_lanes: 16 partial sums, a fixed order, so the same
 // bits on every visit), into B_q values per worker: keeping it for the K/V
 // head's g n_q rows, as FlashAttention-2 does, made the fp32 backward's extra
@@ -674,8 +692,9 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 // per key tile, 1 / (5 B_k) of the backward's own 5 n_q B_k d (0.08% at
 // B_k = 256; its time: docs/performance.md section 27).
 // Q and dO of the K/V head's g query heads are read as the products need
-// them once per K/V head, before the key blocks: in place when stored in the
-// accumulation type, else widened once (g n_q (d_k + d_v) values per worker);
+// them once per K/V head a worker takes, before its key blocks: in place when
+// stored in the accumulation type, else widened once (g n_q (d_k + d_v)
+// values per worker);
 // every product reads them from there, the packed B operands of dK and dV
 // included (before, those were packed from storage again per key tile:
 // fp16's backward ran at 0.95x fp32's, docs/performance.md section 25).
@@ -708,14 +727,22 @@ std::size_t backward_worker_bytes(const Shape& s, std::size_t b_r, std::size_t b
          (T::dot_bf16() ? piece_bytes<A>(backward_pair_words(b_r, b_c)) : 0);
 }
 
-std::size_t backward_workers(const Shape& s, const Options& opt) {
-  return std::max<std::size_t>(1, std::min(opt.threads, s.batch * s.kv_head_count()));
+// C, the chunks of a K/V head's key blocks (B_k keys each): T / gcd(B H_kv, T)
+// for T threads, at most the blocks.
+std::size_t backward_chunks(const Shape& s, const Options& opt, std::size_t b_c) {
+  const std::size_t heads = s.batch * s.kv_head_count(), threads = std::max<std::size_t>(1, opt.threads);
+  const std::size_t blocks = (s.n_kv + b_c - 1) / b_c;
+  return std::max<std::size_t>(1, std::min(threads / std::gcd(heads, threads), blocks));
+}
+
+std::size_t backward_workers(const Shape& s, const Options& opt, std::size_t b_c) {
+  return std::max<std::size_t>(1, std::min(opt.threads, s.batch * s.kv_head_count() * backward_chunks(s, opt, b_c)));
 }
 
 template <class S, class A>
 std::size_t streaming_backward_bytes(const Shape& s, const Options& opt, std::size_t block_q, std::size_t block_k) {
   const std::size_t b_r = std::min(block_q, s.n_q), b_c = std::min(block_k, s.n_kv);
-  return backward_worker_bytes<S, A>(s, b_r, b_c) * backward_workers(s, opt);
+  return backward_worker_bytes<S, A>(s, b_r, b_c) * backward_workers(s, opt, b_c);
 }
 
 template <class S, class A>
@@ -732,7 +759,8 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
   if (opt.need_dbias)
     check_workspace(Streaming::name, "d(bias) per head before its sum over heads (double)",
                     sh.batch * sh.heads * n_q * n_kv * sizeof(double));
-  const std::size_t n_workers = backward_workers(sh, opt);
+  const std::size_t n_workers = backward_workers(sh, opt, B_c);
+  const std::size_t n_chunks = backward_chunks(sh, opt, B_c);
   struct Scratch {
     A *P, *dS, *T_ij, *dK_j, *dV_j, *K_keys, *V_keys, *K_vals, *Q_vals, *dO_vals, *q_head, *do_head, *lse, *D, *dq_acc;
     std::uint32_t* pairs;  // the bf16 backward's P and dS as bf16 pairs (backward_pair_words), else null
@@ -755,7 +783,7 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
     w.do_head = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_v));
     w.lse = arena.take<A>(B_r);
     w.D = arena.take<A>(B_r);  // D_i of the query block's rows
-    w.dq_acc = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));
+    w.dq_acc = arena.take<A>(widen_count<A, S>(sh.group() * n_q * d_k));  // a head's dQ, in slot `worker`
     w.pairs = T::dot_bf16() ? reinterpret_cast<std::uint32_t*>(arena.take<A>(backward_pair_words(B_r, B_c))) : nullptr;
   }
   Gradients<S> g = allocate_gradients<S>(sh, opt, bytes);
@@ -774,41 +802,110 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
   const std::size_t dp_k = (d_k + 1) / 2, dp_v = (d_v + 1) / 2;  // bf16 pairs a row
   auto words = [](A* p) { return reinterpret_cast<std::uint32_t*>(p); };
   const std::size_t panel = std::max<std::size_t>(1, attn::simd().panel);
-  auto kv_head = [&](std::size_t item, std::size_t worker) {
+
+  // The heads in flight, each in a slot: its dQ accumulator (scratch[slot].dq_acc,
+  // when the storage is not the accumulation type) and its turns, one per query
+  // block of its g query heads (the index of the key block whose add to that
+  // block's dQ is next). A head's first chunk to begin takes a free slot, zeroes
+  // dQ and sets the turns; its last to end writes dQ out and frees the slot.
+  const std::size_t n_qb = (n_q + B_r - 1) / B_r;
+  std::vector<std::atomic<std::uint32_t>> turns(n_workers * g_heads * n_qb);
+  struct HeadState {
+    std::atomic<std::uint32_t> started{0}, ready{0}, finished{0};
+    std::size_t slot = 0;
+  };
+  std::vector<HeadState> heads(sh.batch * sh.kv_head_count());
+  std::vector<std::size_t> free_slots(n_workers);
+  std::iota(free_slots.begin(), free_slots.end(), std::size_t{0});
+  std::mutex slots_mutex;
+  std::vector<std::size_t> widened(n_workers, heads.size());  // the head whose Q and dO a worker's scratch holds
+  std::atomic<bool> failed{false};
+  // Waits (yielding the core) until done(); a worker that failed stops the others' waits.
+  auto wait_until = [&](auto done) {
+    while (!done()) {
+      if (failed.load(std::memory_order_relaxed)) throw std::runtime_error("streaming backward: another worker failed");
+      std::this_thread::yield();
+    }
+  };
+  // Key block t's turn at one query block's dQ: after the blocks before it that visit the query block.
+  // With one chunk a head (C = 1) its one worker adds in key block order anyway: no turns kept (kept there
+  // too, the backward at B = 1, H = 8 on 2 threads was 2-4% slower in 3 of 4 alternated pairs, level
+  // without them: docs/performance.md, section 54).
+  const bool in_turn = n_chunks > 1;
+  auto take_turn = [&](const std::atomic<std::uint32_t>& turn, std::size_t t) {
+    if (!in_turn) return;
+    wait_until([&] { return turn.load(std::memory_order_acquire) == t; });
+  };
+
+  // The first key block from t on (of the batch entry's visible keys [lo, hi), B_k at a time) with keys some
+  // row of the query block at i0 sees (the block count, if none).
+  auto next_visitor = [&](std::size_t b, MaskView::Range keys, std::size_t t, std::size_t i0) -> std::uint32_t {
+    for (std::size_t j0 = keys.begin + t * B_c; j0 < keys.end; ++t, j0 += B_c)
+      if (rows_seeing(mask, b, i0, std::min(B_r, n_q - i0), j0, std::min(B_c, keys.end - j0)).size() > 0) break;
+    return static_cast<std::uint32_t>(t);
+  };
+
+  auto chunk_item = [&](std::size_t item, std::size_t worker) {
     const Scratch& w = scratch[worker];
-    const std::size_t b = item / sh.kv_head_count(), hk = item % sh.kv_head_count();
-    // dQ of query head h0 + x at dq(x)
+    const std::size_t head = item / n_chunks, chunk = item % n_chunks;
+    const std::size_t b = head / sh.kv_head_count(), hk = head % sh.kv_head_count();
+    HeadState& hs = heads[head];
+    // dQ of query head h0 + x at dq(x), once the head has its slot
     auto dq = [&](std::size_t x) -> A* {
       if constexpr (std::is_same_v<S, A>) return &g.dq(b, hk * g_heads + x, 0, 0);
-      else return w.dq_acc + x * n_q * d_k;
+      else return scratch[hs.slot].dq_acc + x * n_q * d_k;
     };
-    for (std::size_t x = 0; x < g_heads; ++x) std::fill(dq(x), dq(x) + n_q * d_k, zero);
+    // Keys [lo, hi) some query of this batch entry sees (as the forward's
+    // tiles): the others' dK and dV are 0, and no tile spans them, so a
+    // padded sequence's tiles are those of the same sequence alone.
+    const MaskView::Range keys = block_keys(mask, b, 0, n_q, n_kv);
+    const std::size_t lo = keys.begin, hi = keys.end;
+    if (hs.started.fetch_add(1) == 0) {
+      {
+        const std::lock_guard lock(slots_mutex);
+        if (free_slots.empty()) throw std::logic_error("streaming backward: more heads in flight than workers");
+        hs.slot = free_slots.back();
+        free_slots.pop_back();
+      }
+      for (std::size_t x = 0; x < g_heads; ++x) std::fill(dq(x), dq(x) + n_q * d_k, zero);
+      for (std::size_t e = 0; in_turn && e < g_heads * n_qb; ++e)
+        turns[hs.slot * g_heads * n_qb + e].store(next_visitor(b, keys, 0, e % n_qb * B_r), std::memory_order_relaxed);
+      hs.ready.store(1, std::memory_order_release);
+    } else {
+      wait_until([&] { return hs.ready.load(std::memory_order_acquire) == 1; });
+    }
+    std::atomic<std::uint32_t>* const turn = &turns[hs.slot * g_heads * n_qb];
     // Q and dO of the g heads (adjacent in memory), row i of head h0 + x at
-    // (x n_q + i) d (pairs: dp); as pairs or widened once
+    // (x n_q + i) d (pairs: dp); as pairs or widened once per head a worker takes
     const S* q_src = &in.q(b, hk * g_heads, 0, 0);
     const S* do_src = &d_out(b, hk * g_heads, 0, 0);
     const A* Q_h = nullptr;
     const A* dO_h = nullptr;
+    const bool fresh = widened[worker] != head;
+    widened[worker] = head;
     if (dot16) {
       if constexpr (std::is_same_v<S, bf16>) {
-        bf16_as_pairs(q_src, g_heads * n_q, d_k, words(w.q_head));
-        bf16_as_pairs(do_src, g_heads * n_q, d_v, words(w.do_head));
+        if (fresh) {
+          bf16_as_pairs(q_src, g_heads * n_q, d_k, words(w.q_head));
+          bf16_as_pairs(do_src, g_heads * n_q, d_v, words(w.do_head));
+        }
       }
-    } else {
+    } else if (fresh) {
       Q_h = as_accumulate(q_src, g_heads * n_q * d_k, w.q_head);
       dO_h = as_accumulate(do_src, g_heads * n_q * d_v, w.do_head);
+    } else {  // as as_accumulate left them for this head
+      if constexpr (std::is_same_v<S, A>) Q_h = q_src, dO_h = do_src;
+      else Q_h = w.q_head, dO_h = w.do_head;
     }
 
-    // Keys [lo, hi) some query of this batch entry sees (as the forward's
-    // tiles): the others' dK and dV are 0, and no tile spans them, so a
-    // padded sequence's tiles are those of the same sequence alone.
-    const auto [lo, hi] = block_keys(mask, b, 0, n_q, n_kv);
-    for (std::size_t j = 0; j < n_kv; ++j)
-      if (j < lo || j >= hi) {
-        std::fill_n(&g.dk(b, hk, j, 0), d_k, convert<S>(0.0));
-        std::fill_n(&g.dv(b, hk, j, 0), d_v, convert<S>(0.0));
-      }
-    for (std::size_t j0 = lo; j0 < hi; j0 += B_c) {
+    if (chunk == 0)
+      for (std::size_t j = 0; j < n_kv; ++j)
+        if (j < lo || j >= hi) {
+          std::fill_n(&g.dk(b, hk, j, 0), d_k, convert<S>(0.0));
+          std::fill_n(&g.dv(b, hk, j, 0), d_v, convert<S>(0.0));
+        }
+    // This chunk's key blocks: t = chunk, chunk + C, ... (keys j0 = lo + t B_k onwards)
+    for (std::size_t t = chunk, j0 = lo + chunk * B_c; j0 < hi; t += n_chunks, j0 += n_chunks * B_c) {
       const std::size_t cols = std::min(B_c, hi - j0);
       const A* K_keys = nullptr;
       const A* V_keys = nullptr;
@@ -834,9 +931,10 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
       for (std::size_t x = 0; x < g_heads; ++x) {
         const std::size_t h = hk * g_heads + x;
         for (std::size_t i0 = 0; i0 < n_q; i0 += B_r) {
+          std::atomic<std::uint32_t>& dq_turn = turn[x * n_qb + i0 / B_r];
           // The rows of the query block that see any key of the tile.
           const RowSpan rs = rows_seeing(mask, b, i0, std::min(B_r, n_q - i0), j0, cols);
-          if (rs.size() == 0) continue;
+          if (rs.size() == 0) continue;  // (nothing to add: the turn passes over this block)
           const std::size_t r0 = i0 + rs.first, rows = rs.size();
           const std::size_t row = x * n_q + r0;  // of the head's Q and dO
           // The tile's keys these rows may see end before key j0 + used (whole
@@ -900,15 +998,15 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
               // dO_i^T and Q_i^T as A, from storage
               v.pack_pairs_t_bf16(&d_out(b, h, r0, 0), rows, d_v, words(w.dO_vals));
               v.pack_pairs_t_bf16(&in.q(b, h, r0, 0), rows, d_k, words(w.Q_vals));
-              // dV_j^T += dO_i^T P;  dK_j^T += Q_i^T dS';  dQ_i += dS' K_j
+              // dV_j^T += dO_i^T P;  dK_j^T += Q_i^T dS';  dQ_i += dS' K_j in its turn
               v.gemm_bf16(words(w.dO_vals), kp_r, P_b, w.dV_j, cols, d_v, used, kp_r, 1.0f, true);
               v.gemm_bf16(words(w.Q_vals), kp_r, dS_b, w.dK_j, cols, d_k, used, kp_r, 1.0f, true);
+              take_turn(dq_turn, t);
               v.gemm_bf16(dS_a, kp_c, words(w.K_vals), dq(x) + r0 * d_k, d_k, rows, d_k, kp_c, 1.0f, true);
+              if (in_turn) dq_turn.store(next_visitor(b, keys, t + 1, i0), std::memory_order_release);
             }
             continue;
           }
-          // dQ_i += dS' K_j
-          T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, 0, used, cols, d_k);
           // dV_j += P^T dO_i;  dK_j += dS'^T Q_i. dO_i and Q_i as the B operand from the K/V head's copies in A
           // (narrow storage widened once per K/V head: the packing copies, converting nothing, and the
           // storage is not read again per key tile; the same values, so the same bits).
@@ -917,6 +1015,10 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           const A* Q_vals = Wide::load_v(Q_h + row * d_k, rows, d_k, w.Q_vals);
           T::pv_t(w.P, dO_vals, w.dV_j, rows, used, d_v, w.T_ij);
           T::pv_t(w.dS, Q_vals, w.dK_j, rows, used, d_k, w.T_ij);
+          // dQ_i += dS' K_j, in its turn
+          take_turn(dq_turn, t);
+          T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, 0, used, cols, d_k);
+          if (in_turn) dq_turn.store(next_visitor(b, keys, t + 1, i0), std::memory_order_release);
         }
       }
       S* dk = &g.dk(b, hk, j0, 0);
@@ -931,10 +1033,18 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
         for (std::size_t x = 0; x < cols * d_v; ++x) dv[x] = convert<S>(w.dV_j[x]);
       }
     }
+    // The head's last chunk to end: dQ to storage, the slot freed
+    if (hs.finished.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks) {
+      for (std::size_t x = 0; x < g_heads; ++x) {
+        S* dq_out = &g.dq(b, hk * g_heads + x, 0, 0);
+        for (std::size_t e = 0; e < n_q * d_k; ++e) dq_out[e] = convert<S>(A(scale * dq(x)[e]));
+      }
+      const std::lock_guard lock(slots_mutex);
+      free_slots.push_back(hs.slot);
+    }
+    if (chunk != 0) return;
     for (std::size_t x = 0; x < g_heads; ++x) {
       const std::size_t h = hk * g_heads + x;
-      S* dq_out = &g.dq(b, h, 0, 0);
-      for (std::size_t e = 0; e < n_q * d_k; ++e) dq_out[e] = convert<S>(A(scale * dq(x)[e]));
       // d(sink_h) over this batch's rows: -sum_i exp(sink_h - lse_i) D_i
       const A sink = convert<A>(mask.sink(h));
       if (!dsink_heads || !(sink > minus_inf)) continue;
@@ -946,7 +1056,14 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
       (*dsink_heads)(b, h) = convert<double>(sum);
     }
   };
-  parallel_for(sh.batch * sh.kv_head_count(), n_workers, kv_head);
+  parallel_for(heads.size() * n_chunks, n_workers, [&](std::size_t item, std::size_t worker) {
+    try {
+      chunk_item(item, worker);
+    } catch (...) {
+      failed = true;
+      throw;
+    }
+  });
 
   if (ds_heads)
     for (std::size_t b = 0; b < sh.batch; ++b)

@@ -286,6 +286,22 @@ Outcome threads(const Subject& s, std::uint64_t seed) {
     c.pair("1 thread vs " + std::to_string(t), in);
     c.all(s, one, other);
   }
+  // and (backward) one batch entry's 2 K/V heads over 3 workers and over the
+  // many, in key tiles of 32 (10 of them): streaming then splits each head's
+  // key blocks among the workers, and their adds to dQ (3 or more per query
+  // block) must keep the order of one worker
+  if (s.backward) {
+    const Problem one = problem(shape(s, 1, N, N), seed + 2);
+    Options tiles = causal();
+    tiles.block_k = 32;
+    const Side tiles_one = run(s, one.in, one.d_out, tiles);
+    for (std::size_t t : {std::size_t(3), many}) {
+      tiles.threads = t;
+      const Side other = run(s, one.in, one.d_out, tiles);
+      c.pair("B = 1, key tiles of 32: 1 thread vs " + std::to_string(t), one.in);
+      c.all(s, tiles_one, other);
+    }
+  }
   // and split-KV (forward): 2 positions over 4100 keys in 7 key chunks, and
   // in as many as the backend chooses
   if (!s.backward) {
@@ -461,7 +477,8 @@ const std::vector<Invariance>& invariances() {
        true, true, run_to_run},
       {"threads", "thread count",
        "1 thread against 2 and against more threads than the cores (the same problem; and 2 positions over 4100 "
-       "keys in 7 key chunks and in the backend's own split, forward)",
+       "keys in 7 key chunks and in the backend's own split, forward; and B = 1 in key tiles of 32 against 3 "
+       "threads and the many, backward)",
        true, true, threads},
       {"batch", "batch composition",
        "a sequence alone against the same sequence at batch index 1 and 2 of three of its length, and of three of "

@@ -428,8 +428,8 @@ MUTANTS = [
     Mutant("st-exp-by-worker", ST, "          row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/true);",
            "          row_sum = exp_shifted_sum(s, cols, m_new, /*simd=*/worker % 2 == 0);",
            "odd workers take the scalar exp: a block's bits follow the worker that ran it (the thread count)"),
-    Mutant("bwd-st-keys-whole-batch", ST, "const auto [lo, hi] = block_keys(mask, b, 0, n_q, n_kv);",
-           "const std::size_t lo = 0, hi = n_kv;",
+    Mutant("bwd-st-keys-whole-batch", ST, "const MaskView::Range keys = block_keys(mask, b, 0, n_q, n_kv);",
+           "const MaskView::Range keys{0, n_kv};",
            "the backward's key tiles span every key, padding included (a padded sequence's tiles differ from its own)"),
     Mutant("bwd-st-vals-first-head", ST, "= Wide::load_v(Q_h + row * d_k, rows, d_k, w.Q_vals);",
            "= Wide::load_v(Q_h + r0 * d_k, rows, d_k, w.Q_vals);",
@@ -454,6 +454,18 @@ MUTANTS = [
            "T::pv(w.dS, K_vals, dq(x) + r0 * d_k, rows, 0, used, cols, d_k);\n"
            "          for (std::size_t e = r0 * d_k; e < (r0 + rows) * d_k; ++e) dq(x)[e] = convert<A>(convert<S>(dq(x)[e]));",
            "streaming: dQ accumulated in the storage precision (rounded after every key tile)"),
+    # the backward's key blocks in chunks (a head over several workers): dQ's adds in key block order
+    Mutant("bwd-st-dq-unordered", ST, "wait_until([&] { return turn.load(std::memory_order_acquire) == t; });",
+           "(void)turn, (void)t;",
+           "streaming's backward: a key block adds to dQ without waiting for the blocks before it (the sum's order, "
+           "and with two chunks on one query block at once its adds, follow the workers)"),
+    Mutant("bwd-st-dq-slot-of-worker", ST, "else return scratch[hs.slot].dq_acc + x * n_q * d_k;",
+           "else return w.dq_acc + x * n_q * d_k;",
+           "streaming's backward, bf16/fp16 storage: a chunk adds dQ into its own worker's accumulator, not its head's"),
+    Mutant("bwd-st-dq-written-first", ST, "if (hs.finished.fetch_add(1, std::memory_order_acq_rel) + 1 == n_chunks) {",
+           "if (hs.finished.fetch_add(1, std::memory_order_acq_rel) == 0) {",
+           "streaming's backward: the head's first chunk to end writes dQ out (and frees its accumulator) before the "
+           "other chunks' last adds"),
     Mutant("bwd-slab-dv-offset", SLAB, "gemm_tn<A>(probs, d_o, dv_acc + lo * d_v,", "gemm_tn<A>(probs, d_o, dv_acc,",
            "math/blocked: dV of a slab added from key 0, not from the slab's first key"),
     # Verdicts at the edges: scale from d_v, lse of fully masked and sink rows, the ragged last query block,
