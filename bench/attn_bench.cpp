@@ -174,8 +174,9 @@ struct Point {
   bool causal = false;
   int threads = 1;
   bool cross = false;  // named by n_q and n_kv
-  // attn_var's variant (plain, gqa, softcap, sinks, alibi, documents), or
-  // "decode" (attn_decode); empty: the other families
+  // attn_var's variant (plain, gqa, softcap, sinks, alibi, documents),
+  // "decode" (attn_decode), "one-head" (attn_bwd_paired's B = H = 1 point), or
+  // "paired", "versus", "noisy" (their families); empty: the other families
   std::string variant = {};
   // Verified at n = min(n, verify_n) (0: at its own shape): the naive baseline at n = 4096, H = 32 takes minutes;
   // a decode step at n_kv = min(n_kv, verify_n): at 32768 keys its verification drew, rounded and copied 270 MB
@@ -448,11 +449,15 @@ const std::vector<Series>& series() {
        }},
       {"attn_bwd_paired", "paired",
        "attn_paired for the backward pass, at the backward targets' n (the largest bwd_n); bf16 and fp16 where "
-       "the profile has the narrow backward (bwd_narrow)",
+       "the profile has the narrow backward (bwd_narrow); and one head (B = H = 1, fp32, d = 64, variant "
+       "one-head) on 2 threads after 1: the parallelism inside a head",
        false, [](const BackendTraits& t) { return t.own_threads && t.memory_independent_of_n && !t.plugin; },
        [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
          if (prof.bwd_n.empty() || (!is_fp32(p) && !prof.bwd_narrow)) return std::vector<Point>{};
-         return paired_points(*std::max_element(prof.bwd_n.begin(), prof.bwd_n.end()), prof.d, p);
+         const std::size_t n = *std::max_element(prof.bwd_n.begin(), prof.bwd_n.end());
+         std::vector<Point> pts = paired_points(n, prof.d, p);
+         if (is_fp32(p)) pts.push_back({square(n, 64), false, 2, false, "one-head", 1024, Point::Partner{.threads = 1}});
+         return pts;
        },
        Pass::backward},
       {"attn_fwdbwd", "training-step", "forward then backward (one training step's attention), fp32, B = 1, H = 8 at h8_n (profiles with "

@@ -108,10 +108,18 @@ def point_key(r):
 
 def alternated_rows(rows):
     """{(pass, subject, partner): row} of every benchmark timed with its partner's call before each sample
-    (attn_versus, attn_paired, attn_bwd_paired), subject and partner keyed as point_key."""
+    (attn_versus, attn_paired, attn_bwd_paired), subject and partner keyed as point_key; not attn_bwd_paired's
+    one-head point (B = H = 1), whose point_key is that of the H = 8 point beside it (its target reads it
+    alone: one_head_rows)."""
     return {(r["pass"], point_key(r), (r["partner"]["backend"], r["partner"]["precision"], r["partner"]["causal"],
                                          r["partner"]["threads"], r["d"])): r
-            for r in rows if r.get("partner") and r.get("partner_samples")}
+            for r in rows if r.get("partner") and r.get("partner_samples") and r["variant"] != "one-head"}
+
+
+def one_head_rows(rows):
+    """attn_bwd_paired's one-head points (B = H = 1, 2 threads, each sample after a call on 1 thread)."""
+    return [r for r in rows if r["family"] == "attn_bwd_paired" and r["variant"] == "one-head"
+            and r.get("partner_samples")]
 
 
 def rate_over(pairs, pass_, a, b, points):
