@@ -665,7 +665,10 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
 // accumulation, with every B operand packed in its column panels), and P on
 // its vectorised exp.
 // Work items, as FlashAttention-2 divides the backward: a K/V head's key
-// blocks in C chunks (chunk c: blocks c, c + C, c + 2C, ...), C = T /
+// blocks in C chunks, dealt out back and forth (C = 2: blocks 0, 3, 4, 7, 8,
+// ... and 1, 2, 5, 6, ...: under a causal mask, where block t has work for
+// the query blocks from about t on, the chunks' work is even; dealt round
+// robin, chunk 0's was 72 to chunk 1's 64 at 16 key blocks), C = T /
 // gcd(B H_kv, T) for T threads (so that the B H_kv C items divide evenly among
 // the workers; 1 when the heads already do), at most the head's key blocks.
 // A chunk owns its blocks' dK_j and dV_j outright. dQ_i is shared by the
@@ -904,8 +907,11 @@ Gradients<S> streaming_backward(const Inputs<S>& in, const Saved<S>& saved, cons
           std::fill_n(&g.dk(b, hk, j, 0), d_k, convert<S>(0.0));
           std::fill_n(&g.dv(b, hk, j, 0), d_v, convert<S>(0.0));
         }
-    // This chunk's key blocks: t = chunk, chunk + C, ... (keys j0 = lo + t B_k onwards)
-    for (std::size_t t = chunk, j0 = lo + chunk * B_c; j0 < hi; t += n_chunks, j0 += n_chunks * B_c) {
+    // This chunk's key blocks t (keys j0 = lo + t B_k onwards): in round t / C, the (t % C)-th, counted from
+    // the first chunk in even rounds and from the last in odd ones.
+    auto owner = [&](std::size_t t) { return t / n_chunks % 2 == 0 ? t % n_chunks : n_chunks - 1 - t % n_chunks; };
+    for (std::size_t t = 0, j0 = lo; j0 < hi; ++t, j0 += B_c) {
+      if (owner(t) != chunk) continue;
       const std::size_t cols = std::min(B_c, hi - j0);
       const A* K_keys = nullptr;
       const A* V_keys = nullptr;
