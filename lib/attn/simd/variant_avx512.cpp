@@ -1,4 +1,6 @@
-// The avx512 variant of the vector kernels (flags: lib/meson.build).
+// The avx512 variant of the vector kernels (flags: lib/meson.build). Past a
+// decode step the forward takes avx512_tiles.inc's tiles (fp32: 1024 x 1024
+// in strips); below, the plain tiles: a decode step's, storage accumulation's.
 // Streaming tiles: 512 x 256. 256 x 256 was swept for the packed kernels on
 // an AMD EPYC with AVX-512 and AVX512_BF16 (docs/performance.md, section 15:
 // 12% and 5% faster than the 256 x 64 measured on Zen 4 for the earlier,
@@ -16,4 +18,5 @@
 #define ATTN_SIMD_BLOCK_K 256
 #define ATTN_SIMD_BACKWARD_BLOCK_Q 96
 #define ATTN_SIMD_BACKWARD_BLOCK_K 256
+#include "attn/simd/avx512_tiles.inc"  // past a decode step: 1024 x 1024 in strips (fp32)
 #include "attn/simd/variant.inc"

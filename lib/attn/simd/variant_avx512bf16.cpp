@@ -10,4 +10,5 @@
 #define ATTN_SIMD_BLOCK_K 256  // the avx512 variant's tiles (its comment)
 #define ATTN_SIMD_BACKWARD_BLOCK_Q 96
 #define ATTN_SIMD_BACKWARD_BLOCK_K 256  // the avx512 variant's (its comment)
+#include "attn/simd/avx512_tiles.inc"  // past a decode step: 1024 x 1024 in strips
 #include "attn/simd/variant.inc"
