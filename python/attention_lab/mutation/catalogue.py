@@ -288,14 +288,14 @@ MUTANTS = [
            "a whole block's scores stored straight from the tiles: the second row tile one row up", simd="avx512amx"),
     # the dot tiles' strips (streaming.cpp's strip_rows): a block's rows a strip at a time against each key tile
     Mutant("strip-first-rows", ST, "(Q_i) + first * dp, dp,", "(Q_i) + rs.first * dp, dp,",
-           "every strip of a block takes the first strip's rows of Q", simd="avx512amx"),
+           "every strip of a block takes the first strip's rows of Q", simd="avx512bf16"),
     Mutant("strip-v-kept", ST, "if (packed_v != std::pair{packed.begin, packed.size()}) {",
            "if (packed_v.second != packed.size()) {",
            "V packed once a block: the next key tile of the same width keeps the last tile's V", count=2,
-           simd="avx512amx"),
-    # the micro-kernel's strips (fp32 accumulation; the avx512amx variant's micro_tiles)
+           simd="avx512bf16"),
+    # the micro-kernel's strips (fp32 accumulation; the AVX-512 variants' micro_tiles, avx512_tiles.inc)
     Mutant("strip-first-rows-micro", ST, "T::scores(Q_i + first * d_k,", "T::scores(Q_i + rs.first * d_k,",
-           "every strip of a block takes the first strip's rows of Q (fp32 on the micro-kernel)", simd="avx512amx"),
+           "every strip of a block takes the first strip's rows of Q (fp32 on the micro-kernel)", simd="avx512"),
     Mutant("strip-v-kept-micro", ST, "if (packed_v != std::pair{packed.begin, packed.size()}) {",
            "if (packed_v.second != packed.size()) {",
            "V loaded once a block: the next key tile of the same width keeps the last tile's V (the micro-kernel's "
