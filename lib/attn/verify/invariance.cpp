@@ -451,8 +451,11 @@ Outcome gqa(const Subject& s, std::uint64_t seed) {
     o.note = std::string("the sliding window not compared: ") + e.what();
   }
   // A decode step likewise, over 2060 keys: a last tile of 12 keys past a
-  // multiple of 16, so that the decode kernels sum some of its keys with the
-  // other keys of a row group of 2 and alone for a group of 1.
+  // multiple of 16, so that the two-pass decode kernels sum some of its keys
+  // with the other keys of a row group of 2 and alone for a group of 1. The
+  // same step under a soft-cap too: streaming takes a plain step in one pass
+  // (decode_fused), whose steps of keys do not depend on the group, and an
+  // elementwise one in the two passes (docs/performance.md, section 58).
   const Shape st{1, H, 1, 2060, D, D, H_KV};
   const auto [step, d_step] = problem(st, seed + 2);
   Inputs<double> step_repeated{step.q, xt::xtensor<double, 4>::from_shape({1, H, 2060, D}),
@@ -464,6 +467,15 @@ Outcome gqa(const Subject& s, std::uint64_t seed) {
   const Side step_grouped = run(s, step, d_step, Options{}), step_multi = run(s, step_repeated, d_step, Options{});
   c.pair("a decode step over 2060 keys, grouped vs K/V repeated", step);
   c.rows(s, step_grouped, 0, 0, step_multi, 0, 0, 1);
+  Options capped;
+  capped.softcap = 30.0;
+  try {
+    const Side cap_grouped = run(s, step, d_step, capped), cap_multi = run(s, step_repeated, d_step, capped);
+    c.pair("a decode step over 2060 keys under a soft-cap of 30, grouped vs K/V repeated", step);
+    c.rows(s, cap_grouped, 0, 0, cap_multi, 0, 0, 1);
+  } catch (const Unsupported& e) {
+    o.note += std::string(o.note.empty() ? "" : "; ") + "the soft-capped decode step not compared: " + e.what();
+  }
   return o;
 }
 
