@@ -53,6 +53,8 @@ int run(const Args& args) {
                                        {"block_k", v.kernels->block_k},
                                        {"dot_tiles", tiling_json(*v.kernels, v.kernels->dot_tiles)},
                                        {"micro_tiles", tiling_json(*v.kernels, v.kernels->micro_tiles)},
+                                       {"decode_block_k", v.kernels->decode_tiles.block_k ? v.kernels->decode_tiles.block_k
+                                                                                          : v.kernels->block_k},
                                        {"bf16_dot", v.kernels->gemm_bf16 != nullptr}});
     print_json(j);
     return 0;
@@ -80,9 +82,11 @@ int run(const Args& args) {
     const SimdKernels& k = *v.kernels;
     const std::string micro = k.micro_tiles.block_q ? ", fp32 on the micro-kernel" + tiling_text(k.micro_tiles) : "";
     const std::string dot = !k.gemm_bf16 ? "" : ", bf16 dot products" + tiling_text(k.dot_tiles);
-    std::printf("  %-10s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu%s%s: %s\n",
+    const std::string decode =
+        k.decode_tiles.block_k ? ", decode steps " + std::to_string(k.decode_tiles.block_k) + "-key tiles" : "";
+    std::printf("  %-10s %-10s %zu-byte vectors, %zu registers, micro-kernel %zu x %zu vectors, tiles %zu x %zu%s%s%s: %s\n",
                 std::string(k.id).c_str(), std::string(k.arch).c_str(), k.vector_bytes, k.registers, k.mr, k.nv,
-                k.block_q, k.block_k, micro.c_str(), dot.c_str(),
+                k.block_q, k.block_k, micro.c_str(), dot.c_str(), decode.c_str(),
                 v.executable ? "runs here" : ("not on this CPU (needs " + v.requires_ + ")").c_str());
   }
   return 0;

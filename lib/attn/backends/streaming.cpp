@@ -193,12 +193,14 @@ Plan plan(const Shape& s, const Options& opt, std::size_t block_q, std::size_t b
   return p;
 }
 
-// The forward's own tiles past a decode step (Streaming::block_q): the
-// variant's dot tiles for bf16 on gemm_bf16, its micro tiles for fp32
-// accumulation on the micro-kernel; null where the variant's plain tiles hold.
+// The forward's own tiles (Streaming::block_q): a decode step's on the decode
+// kernels where the variant has them; past a decode step the variant's dot
+// tiles for bf16 on gemm_bf16, its micro tiles for fp32 accumulation on the
+// micro-kernel; null where the variant's plain tiles hold.
 template <class S, class A>
 const SimdKernels::Tiling* own_tiles(const Shape& s) {
-  if (s.n_q <= 1) return nullptr;
+  if (s.n_q <= 1)
+    return Tiles<S, A>::decode_capable && attn::simd().decode_tiles.block_k ? &attn::simd().decode_tiles : nullptr;
   if (Tiles<S, A>::dot_bf16()) return &attn::simd().dot_tiles;
   if (Tiles<S, A>::micro) return &attn::simd().micro_tiles;
   return nullptr;
