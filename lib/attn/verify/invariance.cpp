@@ -359,19 +359,23 @@ Outcome batch(const Subject& s, std::uint64_t seed) {
       c.keys(s, alone, 0, in_batch, at, N);
     }
   }
-  // A decode step over 2100 keys alone against the same step at index 5 of
+  // A decode step over 6500 keys alone against the same step at index 5 of
   // a batch of 8 (a backend whose split-KV count followed the batch's size
-  // split the one and not the other).
-  const Problem step = problem(shape(s, 1, 1, 2100), seed + 4), steps = problem(shape(s, 8, 1, 2100), seed + 5);
+  // split the one and not the other). 6500: more than 8 of the largest
+  // decode key tiles (768 on AVX-512) with split-KV's chunks of at least 4
+  // tiles, so that alone the step splits (2100 keys, before the decode tiles,
+  // split no more: the mutant st-split-from-batch survived).
+  constexpr std::size_t steps_kv = 6500;
+  const Problem step = problem(shape(s, 1, 1, steps_kv), seed + 4), steps = problem(shape(s, 8, 1, steps_kv), seed + 5);
   Problem in = steps;
   xt::view(in.in.q, 5) = xt::view(step.in.q, 0);
   xt::view(in.in.k, 5) = xt::view(step.in.k, 0);
   xt::view(in.in.v, 5) = xt::view(step.in.v, 0);
   xt::view(in.d_out, 5) = xt::view(step.d_out, 0);
   const Side one = run(s, step.in, step.d_out, Options{}), eight = run(s, in.in, in.d_out, Options{});
-  c.pair("a decode step over 2100 keys alone vs at index 5 of 8", step.in);
+  c.pair("a decode step over " + std::to_string(steps_kv) + " keys alone vs at index 5 of 8", step.in);
   c.rows(s, one, 0, 0, eight, 5, 0, 1);
-  c.keys(s, one, 0, eight, 5, 2100);
+  c.keys(s, one, 0, eight, 5, steps_kv);
   return o;
 }
 
@@ -494,7 +498,7 @@ const std::vector<Invariance>& invariances() {
        true, true, threads},
       {"batch", "batch composition",
        "a sequence alone against the same sequence at batch index 1 and 2 of three of its length, and of three of "
-       "other lengths (key padding, where the backend has it); a decode step over 2100 keys alone against it at "
+       "other lengths (key padding, where the backend has it); a decode step over 6500 keys alone against it at "
        "index 5 of 8",
        true, true, batch},
       {"query_block", "query block",
