@@ -120,6 +120,12 @@ struct Tiles {
     else if constexpr (std::is_same_v<S, bf16>) attn::simd().decode_scores_bf16(q, rows, k, cols, d_k, scale, s, v, d_v);
     else if constexpr (std::is_same_v<S, fp16>) attn::simd().decode_scores_fp16(q, rows, k, cols, d_k, scale, s, v, d_v);
   }
+  // The same step in one pass (simd.hpp's decode_fused; null: the two passes above).
+  static auto decode_fused() {
+    if constexpr (std::is_same_v<S, float>) return attn::simd().decode_fused_f32;
+    else if constexpr (std::is_same_v<S, bf16>) return attn::simd().decode_fused_bf16;
+    else return attn::simd().decode_fused_fp16;
+  }
   static void decode_pv(const A* p, std::size_t rows, const S* v, std::size_t cols, std::size_t d_v, A* o) {
     if constexpr (std::is_same_v<S, float>) attn::simd().decode_pv_f32(p, rows, v, cols, d_v, o);
     else if constexpr (std::is_same_v<S, bf16>) attn::simd().decode_pv_bf16(p, rows, v, cols, d_v, o);
@@ -494,10 +500,31 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
     }
     if constexpr (normalised) std::fill(c_i, c_i + rows, one);
     std::fill(O_i, O_i + rows * d_v, zero);
+    bool fused_done = false;  // the keys taken by the one-pass decode kernel
 
+    // A decode step whose rows see every key of their chunk, nothing
+    // elementwise, K and V widened (not the bf16 dot products): in one pass
+    // a tile and at most 4 rows at a time (simd.hpp's decode_fused: each
+    // row's operations whatever the rows beside it; docs/performance.md,
+    // section 58), the first group of rows fetching the tile's K and V.
+    if constexpr (T::decode_capable) {
+      auto fused = T::decode_fused();
+      const MaskView::Range keys = mask.keys(blk.b, blk.i0);
+      const bool whole = blk.positions == 1 && keys.begin <= j_begin && keys.end >= j_end;
+      if (decoding() && !dot16 && fused && !mask.elementwise() && whole) {
+        for (std::size_t t0 = j_begin, t1; t0 < j_end; t0 = t1) {  // the key tiles' grid, as each_key_tile's
+          t1 = std::min((t0 / B_c + 1) * B_c, j_end);
+          for (std::size_t r0 = 0; r0 < rows; r0 += 4)
+            fused(Q_i + r0 * d_k, std::min<std::size_t>(4, rows - r0), &in.k(blk.b, blk.hk, t0, 0),
+                  &in.v(blk.b, blk.hk, t0, 0), t1 - t0, d_k, d_v, scale, m_i + r0, l_i + r0, O_i + r0 * d_v, r0 == 0);
+        }
+        fused_done = true;
+      }
+    }
     // the key tile whose V is loaded (V_j; dot16: its pairs in v_buf), once a tile for all its strips
     std::pair<std::size_t, std::size_t> packed_v{SIZE_MAX, 0};
     const A* V_j = nullptr;
+    if (!fused_done)
     each_key_tile(blk, w, Q_i, j_begin, j_end, [&](std::size_t j0, std::size_t cols, RowSpan rs, MaskView::Range packed) {
       for (std::size_t r_ = rs.first; r_ < rs.last; ++r_) {
         A* s = S_ij + (r_ - rs.first) * cols;

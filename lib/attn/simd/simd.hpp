@@ -107,6 +107,20 @@ struct SimdKernels {
                          float* o) = nullptr;
   void (*decode_pv_fp16)(const float* p, std::size_t rows, const fp16* v, std::size_t cols, std::size_t d_v,
                          float* o) = nullptr;
+  // A decode step in one pass (AVX2 and AVX-512; null elsewhere): rows <= 4
+  // rows of one K/V head over keys [0, cols), scores, online softmax and
+  // P V a few keys at a time; m[r], l[r] (the running max and sum) and o
+  // [rows, d_v] updated in place; prefetch: K and V come from memory (the
+  // first group of rows of a tile). simd/variant.inc: its order of operations.
+  void (*decode_fused_f32)(const float* q, std::size_t rows, const float* k, const float* v, std::size_t cols,
+                           std::size_t d, std::size_t d_v, float scale, float* m, float* l, float* o,
+                           bool prefetch) = nullptr;
+  void (*decode_fused_bf16)(const float* q, std::size_t rows, const bf16* k, const bf16* v, std::size_t cols,
+                            std::size_t d, std::size_t d_v, float scale, float* m, float* l, float* o,
+                            bool prefetch) = nullptr;
+  void (*decode_fused_fp16)(const float* q, std::size_t rows, const fp16* k, const fp16* v, std::size_t cols,
+                            std::size_t d, std::size_t d_v, float scale, float* m, float* l, float* o,
+                            bool prefetch) = nullptr;
   // sum_l x[l] y[l] for l < n, in the order of detail::dot_lanes_scalar
   // (backends/kernels.hpp): its bits in every variant.
   float (*dot_lanes_f32)(const float* x, const float* y, std::size_t n) = nullptr;

@@ -457,9 +457,9 @@ Outcome gqa(const Subject& s, std::uint64_t seed) {
   // A decode step likewise, over 2060 keys: a last tile of 12 keys past a
   // multiple of 16, so that the decode kernels sum some of its keys with the
   // other keys of a row group of 2 and alone for a group of 1. The same step
-  // under a soft-cap too (elementwise: the scores pass then the soft-cap),
-  // so that a plain step taken by another kernel would not leave these
-  // kernels' network unchecked (docs/performance.md, section 58).
+  // under a soft-cap too: streaming takes a plain step in one pass
+  // (decode_fused), whose steps of keys do not depend on the group, and an
+  // elementwise one in the two passes (docs/performance.md, sections 58, 61).
   const Shape st{1, H, 1, 2060, D, D, H_KV};
   const auto [step, d_step] = problem(st, seed + 2);
   Inputs<double> step_repeated{step.q, xt::xtensor<double, 4>::from_shape({1, H, 2060, D}),
