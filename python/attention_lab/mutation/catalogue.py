@@ -180,7 +180,8 @@ MUTANTS = [
            "rows_of<NV, MR, AT, MR, true>(a, lda, bp + j * k, P, c + j, ldc, m, k, alpha, accumulate);",
            "rows_of<NV, MR, AT, MR, true>(a, lda, bp + j * k, P, c + j, ldc, m - 1, k, alpha, accumulate);",
            "the prefetching loop of long products leaves each product's last row out (the P V of a strip's last "
-           "row over a 1024-key tile is never added)", simd="avx512amx"),
+           "row over a 1024-key tile is never added; every AVX-512 variant's fp32 tiles are 1024 keys since "
+           "performance.md section 55)", simd="avx512"),
     Mutant("decode-hadd-w-lanes", SIMD, "_mm512_shuffle_ps(u, v, 0xDD)", "_mm512_shuffle_ps(v, u, 0xDD)",
            "the decode step's batched horizontal sums (AVX-512) add pairs of lanes of different dots: scores of "
            "other keys mixed in"),

@@ -313,9 +313,14 @@ def mutation(d):
         raise SystemExit(f"readme_figures: {path.relative_to(ROOT)}: {e} (scripts/mutate --out reports/mutation makes it)")
     s = m["summary"]
     pct = lambda a, b: f"{100 * a / b:.0f}%"
-    surv = [r["id"] for r in m["mutants"] if not r["equivalent"] and r["status"] not in ("killed", "timeout")]
+    # survivors: neither killed nor equivalent, nor left unrun (a variant this CPU cannot execute: counted apart)
+    surv = [r["id"] for r in m["mutants"]
+            if not r["equivalent"] and r["status"] not in ("killed", "timeout", "not run")]
+    not_run = s.get("not_run", 0)
     return (f"The committed mutation report (`{path.parent.relative_to(ROOT)}/mutation.md`, {round(s['seconds'] / 60)} min): "
-            f"{s['mutants']} mutants, {s['equivalent']} equivalent; **{s['killed']} of {s['non_equivalent']}** "
+            f"{s['mutants']} mutants, {s['equivalent']} equivalent"
+            + (f", {not_run} not run (their kernel variant does not execute on the CPU of the run)" if not_run else "")
+            + f"; **{s['killed']} of {s['non_equivalent']}** "
             f"non-equivalent mutants killed ({pct(s['killed'], s['non_equivalent'])}), "
             f"{s['killed_by_default_check']} ({pct(s['killed_by_default_check'], s['non_equivalent'])}) by "
             f"`attn-lab attend --random 1,1,1024,1024,64,64 --backend B --check` alone and "
