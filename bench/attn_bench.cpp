@@ -1223,7 +1223,7 @@ int main(int argc, char** argv) {
           "  The memory cap defaults to a quarter of RAM.\n\n"
           "examples:\n"
           "  attn-bench --profile smoke --benchmark_min_time=0\n"
-          "  attn-bench --profile quick --benchmark_filter=attn_h8/streaming/fp32/causal:0/threads:1/ "
+          "  attn-bench --profile quick --adaptive=0.03 --benchmark_filter=attn_h8/streaming/fp32/causal:0/threads:1/ "
           "--benchmark_out=bench.json --benchmark_out_format=json\n\n");
       rest.push_back(argv[i]);
     } else rest.push_back(argv[i]);
