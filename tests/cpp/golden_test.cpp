@@ -188,6 +188,8 @@ TEST(GoldenCli, BadInputIsOneLineAndExitCodeTwo) {
       {"attend --random 1,1,4,4,8", "6 numbers"},
       {"attend --random 1,1,4,4,8,8 --backend nosuch", "unknown backend 'nosuch'"},
       {"attend --random 1,1,4,0,8,8", "zero-sized dimension"},
+      // inputs alone far past any memory cap (1.4 PiB in fp64): refused with their size before any allocation
+      {"attend --random 1,1,1000000000,1000000000,64,64", "for its inputs Q, K and V in fp64, over the memory cap"},
       {"attend --random 1,1,4,4,8,8 --mask window:0", "window must be >= 1"},
       {"attend --random 1,1,4,4,8,8 --precision fp8", "unknown precision 'fp8'"},
       {"attend --random 1,1,4,4,8,8 --frobnicate", "unknown option '--frobnicate'"},
