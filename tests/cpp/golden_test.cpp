@@ -188,7 +188,7 @@ TEST(GoldenCli, BadInputIsOneLineAndExitCodeTwo) {
       {"attend --random 1,1,4,4,8", "6 numbers"},
       {"attend --random 1,1,4,4,8,8 --backend nosuch", "unknown backend 'nosuch'"},
       {"attend --random 1,1,4,0,8,8", "zero-sized dimension"},
-      // inputs alone far past any memory cap (1.4 PiB in fp64): refused with their size before any allocation
+      // inputs alone far past any memory cap (1.4 TiB in fp64): refused with their size before any allocation
       {"attend --random 1,1,1000000000,1000000000,64,64", "for its inputs Q, K and V in fp64, over the memory cap"},
       {"attend --random 1,1,4,4,8,8 --mask window:0", "window must be >= 1"},
       {"attend --random 1,1,4,4,8,8 --precision fp8", "unknown precision 'fp8'"},
@@ -205,6 +205,7 @@ TEST(GoldenCli, BadInputIsOneLineAndExitCodeTwo) {
       {"attend --random 1,1,4,4,8,8 --json=yes", "--json takes no value"},
       {"attend 1,1,4,4,8,8", "unexpected argument"},
       {"layer --random 1,4,6,4", "not divisible by num_heads"},
+      {"layer --random 1,1000000,100000,8", "its E x E query and output projections in fp64, over the memory cap"},
       {"layer --random 1,4,8,2 --rope odd", "--rope must be half or interleaved"},
       {"layer --random 1,4,8,2 --decode", "add --causal"},
       {"layer --random 1,4,8,2 --layer block --decode", "go with mha"},

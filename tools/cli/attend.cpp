@@ -1,7 +1,6 @@
 // attn-lab attend: one backend on .npy files or random tensors.
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <optional>
 
 #include "attn/core/alloc_counter.hpp"
@@ -40,16 +39,9 @@ LoadedInputs inputs_of(const Args& args) {
     if (grouped && (s.kv_heads == 0 || s.heads % s.kv_heads != 0))
       throw Error("--random: H = " + std::to_string(s.heads) + " query heads must be a multiple of HKV = " +
                   std::to_string(s.kv_heads) + " key/value heads (grouped-query attention)");
-    // Q, K and V in fp64 before anything else is allocated: a shape whose inputs alone pass the memory cap is
-    // refused with their size, not left to the allocator (whose overcommit lets a too-large shape reach the
-    // OOM killer while the values are drawn). Counted in long double: the product of six counts may pass 2^64.
-    const long double values = static_cast<long double>(s.batch) * s.heads * s.n_q * s.d_k +
-                               static_cast<long double>(s.batch) * s.kv_head_count() * s.n_kv * (s.d_k + s.d_v);
-    const long double bytes = values * sizeof(double);
-    check_workspace("--random " + dims, "its inputs Q, K and V in fp64",
-                    bytes < static_cast<long double>(std::numeric_limits<std::size_t>::max())
-                        ? static_cast<std::size_t>(bytes)
-                        : std::numeric_limits<std::size_t>::max());
+    refuse_oversized_inputs(args, "its inputs Q, K and V in fp64",
+                            static_cast<long double>(s.batch) * s.heads * s.n_q * s.d_k +
+                                static_cast<long double>(s.batch) * s.kv_head_count() * s.n_kv * (s.d_k + s.d_v));
     r.in = random_inputs(s, args.count("--seed", 0), args.real("--logit-scale", 1.0));
   } else {
     throw Error("no inputs: give --q/--k/--v files or --random B,H,NQ,NKV,DK,DV[,HKV]");

@@ -48,6 +48,11 @@ void refuse_overwrite(const Args& args, std::initializer_list<const char*> outpu
 Accumulate accumulate_option(const Args& args, const PrecisionInfo& p);
 // --threads (default 1), also given to OpenBLAS; validate() rejects 0.
 std::size_t threads_option(const Args& args);
+// Inputs a command draws (--random) whose `values` fp64 values alone pass the memory cap are refused with their
+// size before anything is allocated ("--random DIMS needs N MiB for WHAT, over the memory cap ..."), not left to
+// the allocator, whose overcommit lets a shape that cannot fit reach the OOM killer while the values are drawn.
+// `values` in long double: a product of the counts may pass 2^64.
+void refuse_oversized_inputs(const Args& args, std::string_view what, long double values);
 // The variants' options (problem.hpp) a command shares, and their help:
 //   --softcap C, --sinks SINKS.npy, --alibi, --alibi-slopes SLOPES.npy,
 //   --segments IDS.npy, --kv-splits K

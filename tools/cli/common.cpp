@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
 
@@ -23,6 +24,11 @@ std::size_t threads_option(const Args& args) {
   const std::uint64_t t = args.count("--threads", 1);
   set_blas_threads(static_cast<int>(std::clamp<std::uint64_t>(t, 1, 1024)));  // validate() rejects the rest
   return t;
+}
+
+void refuse_oversized_inputs(const Args& args, std::string_view what, long double values) {
+  const long double bytes = values * sizeof(double), most = static_cast<long double>(SIZE_MAX);
+  check_workspace("--random " + args.str("--random"), what, bytes < most ? static_cast<std::size_t>(bytes) : SIZE_MAX);
 }
 
 void print_json(const Json& j) { std::cout << dump(j) << "\n"; }

@@ -31,6 +31,9 @@ int run(const Args& args) {
   if (args.has("--random")) {
     const auto dims = parse_counts(args.str("--random"), 4, "--random", "B,L,E,H");
     if (std::find(dims.begin(), dims.end(), 0u) != dims.end()) throw Error("--random: every dimension must be >= 1");
+    // x and the query and output projections (E x E each, whatever the K/V heads): a lower bound on what it holds
+    refuse_oversized_inputs(args, "its input x and its E x E query and output projections in fp64",
+                            static_cast<long double>(dims[0]) * dims[1] * dims[2] + 2.0L * dims[2] * dims[2]);
     x = random_sequence(dims[0], dims[1], dims[2], seed);
     heads = dims[3];
     if (args.has("--heads")) throw Error("--heads goes with --x (--random gives H itself)");
