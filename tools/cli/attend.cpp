@@ -253,7 +253,9 @@ inputs (one of):
   --q Q.npy --k K.npy --v V.npy  float64, float32 or float16, C order; shapes [n, d],
                                  [heads, n, d] or [batch, heads, n, d], the same rank for all
   --random B,H,NQ,NKV,DK,DV[,HKV]   iid N(0, 1) tensors of that shape (K, V with HKV heads:
-                                 grouped-query attention; default H)
+                                 grouped-query attention; default H). Refused, with their size,
+                                 when Q, K and V in fp64 pass the memory cap (a quarter of
+                                 RAM; ATTN_MEMORY_CAP bytes)
     --seed S                     seed of --random (default 0)
     --logit-scale X              multiplies Q, so scaled scores have std X (default 1)
 what to compute:

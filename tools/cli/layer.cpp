@@ -166,7 +166,9 @@ extern const Command layer_command = {
     "  attn-lab layer [options]   multi-head attention (PyTorch nn.MultiheadAttention semantics,\n"
     "                             batch first) or the pre-norm transformer block, on any backend\n",
     R"(attn-lab layer: a layer on top of any backend.
-  --random B,L,E,H          random input [B, L, E] and random weights, E divisible by H (seed --seed)
+  --random B,L,E,H          random input [B, L, E] and random weights, E divisible by H (seed --seed);
+                            refused, with the size, when x and two E x E projections in fp64 pass
+                            the memory cap (a quarter of RAM; ATTN_MEMORY_CAP bytes)
   --kv-heads HKV            grouped-query (HKV < H) or multi-query (HKV = 1) attention: K and V
                             projected to HKV heads (random weights; default H)
   --x X.npy --heads H       the input [B, L, E] (or [L, E]) from a file
