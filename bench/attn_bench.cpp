@@ -427,14 +427,17 @@ const std::vector<Series>& series() {
          return pts;
        }},
       {"attn_versus", "versus",
-       "attn_h8's forward points of one thread without a mask (fp32, d in d) of each outside kernel (plugin), each "
-       "sample preceded by one call of the fused backend (fused_backend()) on the same shape: a host whose speed "
-       "drifts over minutes moves both alike, and the rate over the fastest outside kernel is their ratio (the "
-       "attn_h8 points of the two are timed minutes apart)",
+       "attn_h8's forward points of one thread without a mask (fp32 and bf16, d in d) of each outside kernel "
+       "(plugin), each sample preceded by one call of the fused backend (fused_backend()) on the same shape and "
+       "storage: a host whose speed drifts over minutes moves both alike, and the rate over the fastest outside "
+       "kernel is their ratio (the attn_h8 points of the two are timed minutes apart: run 20261207-070709 read "
+       "streaming bf16 at 0.92x / 0.94x OpenVINO's SDPA that way, 1.19x at d = 128 in the run before, the "
+       "fp32 pairs alternated beside them 1.04x / 1.02x)",
        false, [](const BackendTraits& t) { return t.plugin; },
-       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits&) {
+       [](const Profile& prof, const PrecisionInfo& p, const BackendTraits& t) {
          std::vector<Point> pts;
-         if (prof.h8_n && is_fp32(p))
+         // the peer targets' storages: fp32, and bf16 where attn_h8 times the kernel in it (its own threads)
+         if (prof.h8_n && (is_fp32(p) || (p.name == "bf16" && t.own_threads)))
            for (std::size_t d : prof.d)
              pts.push_back({square(prof.h8_n, d, 8), false, 1, false, "versus", 1024, Point::Partner{.fused = true}});
          return pts;
@@ -1215,7 +1218,7 @@ int main(int argc, char** argv) {
           "         blocked at n = 1024, d = 64), attn_decode (n_q = 1, n_kv = 1024 ... 131072, H = 32, H_kv = 8,\n"
           "         d = 128; more lengths in full) and attn_noisy (attn_h8's one-thread fp32 forward of streaming and\n"
           "         math beside a cache-polluting thread on the other core), attn_versus (each plugin's attn_h8\n"
-          "         one-thread fp32 forward, each sample after one call of streaming), attn_paired and\n"
+          "         one-thread fp32 and bf16 forward, each sample after one call of streaming), attn_paired and\n"
           "         attn_bwd_paired (streaming's ratio targets, each sample after one call of the other side:\n"
           "         2 threads after 1, causal after no mask, bf16 and fp16 after fp32); full: every precision at\n"
           "         n = 128 ... 16384, d = 32 ... 256; smoke: n = 128, d = 32, the exact backend in fp64 only (with\n"
