@@ -950,15 +950,16 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
   one_call();  // warm: workspace and outputs touched
   const double warm = std::chrono::duration<double>(std::chrono::steady_clock::now() - warm_t0).count();
   std::vector<double> samples;  // adaptive sampling: one entry per sample (a batch's time per call)
-  std::optional<std::pair<double, double>> interval;
+  double interval_width = 0;  // the 95% interval's width over the median (0: fewer than six samples, no interval)
   bool out_of_time = false;  // adaptive sampling stopped by its time cap, not by the width or the sample cap
   if (sampling.adaptive()) {
     // Google Benchmark runs this once (--benchmark_min_time=0 in adaptive mode); the samples are taken here.
     for (auto _ : state)
       if (samples.empty())
-        interval = sample_adaptively(
-            [&] { return (cold ? release() : void()), time_one(); }, before_sample, warm, cold,
-            samples, out_of_time);
+        if (const auto interval = sample_adaptively(
+                [&] { return (cold ? release() : void()), time_one(); }, before_sample, warm, cold, samples,
+                out_of_time))
+          interval_width = (interval->second - interval->first) / median(samples);
   } else {
     for (auto _ : state) {
       if (cold) {
@@ -1018,8 +1019,7 @@ void run_benchmark(benchmark::State& state, const std::string& key, const Backen
     // interval's width relative to the median (0 when fewer than six samples give no interval).
     state.counters["sample_count"] = double(samples.size());
     state.counters["sampling_out_of_time"] = out_of_time ? 1.0 : 0.0;
-    state.counters["interval_relative_width"] =
-        interval ? (interval->second - interval->first) / median(samples) : 0.0;
+    state.counters["interval_relative_width"] = interval_width;
     recorded_samples[key].push_back(std::move(samples));
     if (noisy) recorded_quiet[key].push_back(before);
     if (paired) recorded_partner[key].push_back(before);
