@@ -495,6 +495,9 @@ class ReportTest(unittest.TestCase):
                       "| >= 70% | met |", perf)
         self.assertIn("| streaming | bf16 | 2 | 131072 |", text)
         self.assertIn("| 60%; 80% of the probe beside each sample |", text)
+        # the decode step's pairs with the read probe stay out of the table of alternated calls (B = 1, H = 8,
+        # keyed without the shape: the decode step there read as a forward at n = 4096)
+        self.assertNotIn("read-probe", perf)
 
     def test_the_narrow_backward_is_judged_against_fp32(self):
         # attn_bwd at n = 4096, d = 64: streaming fp32 10 ms a call, bf16 8 ms (1.25x: met), fp16 11 ms (0.909x:

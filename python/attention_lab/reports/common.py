@@ -110,10 +110,12 @@ def alternated_rows(rows):
     """{(pass, subject, partner): row} of every benchmark timed with its partner's call before each sample
     (attn_versus, attn_paired, attn_bwd_paired), subject and partner keyed as point_key; not attn_bwd_paired's
     one-head point (B = H = 1), whose point_key is that of the H = 8 point beside it (its target reads it
-    alone: one_head_rows)."""
+    alone: one_head_rows), nor a decode step beside the read probe (H = 32, n_kv = 131072: read_fraction reads
+    it from its row, and the variants report lists it with its shape)."""
     return {(r["pass"], point_key(r), (r["partner"]["backend"], r["partner"]["precision"], r["partner"]["causal"],
                                          r["partner"]["threads"], r["d"])): r
-            for r in rows if r.get("partner") and r.get("partner_samples") and r["variant"] != "one-head"}
+            for r in rows if r.get("partner") and r.get("partner_samples") and r["variant"] != "one-head"
+            and r["partner"]["backend"] != READ_PARTNER}
 
 
 def one_head_rows(rows):
