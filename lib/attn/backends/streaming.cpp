@@ -633,12 +633,19 @@ Result<S> streaming_attention(const Inputs<S>& in, const Options& opt, Workspace
           if (part_l[x] != zero) L += part_l[x] * exp_of<A>(A(part_m[x] - m));
         }
         const bool masked = L == zero;
+        // w_s once a split, in part_m's place (its m_s is not read again):
+        // computed for every column, its exp and division took 11% of a
+        // 2048-key decode step (docs/performance.md, section 68)
+        for (std::size_t s_ = 0; s_ < p.splits && !masked; ++s_) {
+          const std::size_t x = (blk_x * p.splits + s_) * R + r_;
+          if (part_l[x] != zero) part_m[x] = A(part_l[x] * exp_of<A>(A(part_m[x] - m)) / L);
+        }
         S* o = &r.out(blk.b, head_of(blk, r_), query_of(blk, r_), 0);
         for (std::size_t c = 0; c < d_v; ++c) {
           A sum = zero;
           for (std::size_t s_ = 0; s_ < p.splits && !masked; ++s_) {
             const std::size_t x = (blk_x * p.splits + s_) * R + r_;
-            if (part_l[x] != zero) sum += A(part_l[x] * exp_of<A>(A(part_m[x] - m)) / L) * part_o[x * d_v + c];
+            if (part_l[x] != zero) sum += part_m[x] * part_o[x * d_v + c];
           }
           o[c] = convert<S>(sum);
         }
