@@ -12,6 +12,7 @@
 // The one-pass decode step (variant.inc, FusedDecode): 8 keys a step and 4
 // keys prefetched ahead, measured on a Zen 4 with this variant forced
 // (docs/performance.md, section 68): bf16 1.43x the 2-key step, fp32 1.05x.
+// (The AVX-512 variants keep their own one-pass kernel: variant.inc.)
 #define ATTN_SIMD_DECODE_SUB 4
 #define ATTN_SIMD_DECODE_AHEAD_KEYS 4
 #include "attn/simd/variant.inc"
