@@ -9,10 +9,10 @@
 #define ATTN_SIMD_BLOCK_K 96
 #define ATTN_SIMD_BACKWARD_BLOCK_Q 64
 #define ATTN_SIMD_BACKWARD_BLOCK_K 96
-// The one-pass decode step (variant.inc, FusedDecode): 8 keys a step and 4
-// keys prefetched ahead, measured on a Zen 4 with this variant forced
-// (docs/performance.md, section 68): bf16 1.43x the 2-key step, fp32 1.05x.
-// (The AVX-512 variants keep their own one-pass kernel: variant.inc.)
+// The one-pass decode step of bf16 and fp16 (variant.inc, FusedDecodeSteps):
+// 8 keys a step and 4 keys prefetched ahead, measured on a Zen 4 with this
+// variant forced (docs/performance.md, section 68); fp32 keeps FusedDecode's
+// 2-key step, which read more of the probe from memory.
 #define ATTN_SIMD_DECODE_SUB 4
 #define ATTN_SIMD_DECODE_AHEAD_KEYS 4
 #include "attn/simd/variant.inc"

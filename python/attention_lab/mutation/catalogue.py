@@ -207,7 +207,7 @@ MUTANTS = [
            "sv[r * KC + x] = dot * scale;",
            "the last step's lanes past the range score 0, not -inf: weights of keys that do not exist enter l",
            count=2),
-    # ... the same four in the AVX2 kernel (its own FusedDecode since docs/performance.md section 68)
+    # ... the same four in AVX2's bf16 and fp16 kernel (FusedDecodeSteps, docs/performance.md section 68)
     Mutant("decode-fused-rescale-order-avx2", SIMD,
            "        pv<false>(t * G, G, now);\n        if (more || tail) rescale(next);",
            "        if (more || tail) rescale(next);\n        pv<false>(t * G, G, now);",
