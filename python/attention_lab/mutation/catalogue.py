@@ -207,6 +207,14 @@ MUTANTS = [
            "sv[r * KC + x] = dot * scale;",
            "the last step's lanes past the range score 0, not -inf: weights of keys that do not exist enter l",
            count=2),
+    # ... AVX2's fp32 step in that kernel: q and the weights kept in registers (docs/performance.md, section 69)
+    Mutant("decode-fused-lean-weights", SIMD,
+           "if constexpr (lean) return pr[r * KC + x];", "if constexpr (lean) return pr[x];",
+           "AVX2, fp32, 2 rows or more: P V weighs every row's keys with row 0's weights", simd="avx2"),
+    Mutant("decode-fused-lean-q", SIMD,
+           "for (std::size_t r = 0; r < NR; ++r) qv[r] = in_register(fbatch::load_unaligned(q + r * d + c));",
+           "for (std::size_t r = 0; r < NR; ++r) qv[r] = in_register(fbatch::load_unaligned(q + c));",
+           "AVX2, fp32, 2 rows or more: every row's scores from row 0's query", count=2, simd="avx2"),
     # ... the same four in AVX2's bf16 and fp16 kernel (FusedDecodeSteps, docs/performance.md section 68)
     Mutant("decode-fused-rescale-order-avx2", SIMD,
            "        pv<false>(t * G, G, now);\n        if (more || tail) rescale(next);",
