@@ -495,8 +495,8 @@ class ReportTest(unittest.TestCase):
         self.assertIn("| streaming | bf16 | 1 | 131072 | 100 (100 to 100) | 10.00 | 50% |", text)
         self.assertIn("| 40.00 | 200% (above the DRAM read peak: the 7.45 MiB of K/V fit in the 32 MiB last-level "
                       "cache) |", text)
-        self.assertIn("| 25.00 | 125% (above the read figure `attn-lab peak` took at another moment of the run; the "
-                      "238 MiB of K/V exceed the 32 MiB last-level cache) |", text)
+        self.assertIn("| 25.00 | 125% (above the read figure of `attn-lab peak`, measured in another process at "
+                      "another moment of the run; the 238 MiB of K/V exceed the 32 MiB last-level cache) |", text)
         self.assertTrue(os.path.getsize(os.path.join(final, "decode_bandwidth.svg")) > 0)
         self.assertIn("variants: largest time over plain per variant: softcap 1.50x", readings)
         self.assertIn("decode, n_kv = 131072: best streaming bf16 2 thread(s) 24.00 GB/s of K/V = 80% of the read "

@@ -108,9 +108,10 @@ def variants_report(rows, peak, folder, caches=None):
 
 def above_read_peak(kv_bytes, caches):
     """Why a decode step read its K/V faster than peak.json's read figure: K/V that fit in the last-level cache
-    (the figure is DRAM's), or, where they do not, a read bandwidth that differed from the moment `attn-lab
-    peak` measured it (the probe timed beside each sample, at the longest cache, is then the yardstick); no cause
-    where the run did not record its caches."""
+    (the figure is DRAM's), or, where they do not, a read bandwidth other than that of the process and the
+    moment `attn-lab peak` measured it in (on a shared host one core's reads differed by up to 1.4x from one
+    process to the next: docs/performance.md, section 72; the probe timed beside each sample, at the longest
+    cache, is then the yardstick); no cause where the run did not record its caches."""
     sizes = [c["size"] for c in caches or [] if c.get("type") != "Instruction" and c.get("size")]
     if not sizes or not kv_bytes:
         return " (above the DRAM read peak)"
@@ -118,5 +119,5 @@ def above_read_peak(kv_bytes, caches):
     llc = max(sizes)
     if kv_bytes <= llc:
         return f" (above the DRAM read peak: the {mib(kv_bytes)} of K/V fit in the {mib(llc)} last-level cache)"
-    return (f" (above the read figure `attn-lab peak` took at another moment of the run; the {mib(kv_bytes)} of "
-            f"K/V exceed the {mib(llc)} last-level cache)")
+    return (" (above the read figure of `attn-lab peak`, measured in another process at another moment of the run; "
+            f"the {mib(kv_bytes)} of K/V exceed the {mib(llc)} last-level cache)")
