@@ -19,6 +19,7 @@ from pathlib import Path
 
 from attention_lab import ROOT as _ROOT, io, race
 from attention_lab import runs as run_records  # (tight_ratio, verdict_counts; runs() below is a README block)
+from attention_lab.mutation import where_text
 from attention_lab.reports import common as report  # (bench_rows, backends_with, fmt_bytes, heap_reading, load)
 
 ROOT = Path(_ROOT)
@@ -317,7 +318,10 @@ def mutation(d):
     surv = [r["id"] for r in m["mutants"]
             if not r["equivalent"] and r["status"] not in ("killed", "timeout", "not run")]
     not_run = s.get("not_run", 0)
-    return (f"The committed mutation report (`{path.parent.relative_to(ROOT)}/mutation.md`, {round(s['seconds'] / 60)} min): "
+    # where it ran (scripts/mutate records it since b429b20; reports from before do not carry it)
+    at = f", on {where_text(s['where'])}" if s.get("where") else ""
+    return (f"The committed mutation report (`{path.parent.relative_to(ROOT)}/mutation.md`, {round(s['seconds'] / 60)} min"
+            f"{at}): "
             f"{s['mutants']} mutants, {s['equivalent']} equivalent"
             + (f", {not_run} not run (their kernel variant does not execute on the CPU of the run)" if not_run else "")
             + f"; **{s['killed']} of {s['non_equivalent']}** "
