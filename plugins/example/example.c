@@ -101,6 +101,7 @@ static const attn_plugin kPlugin = {
         ATTN_CAP_SEGMENTS | ATTN_CAP_LSE,
     run,
     {0, 0, 0, 0}, /* accumulate_by_dtype: the ACC flags hold for every storage type */
+    NULL,         /* backward: none (no ATTN_CAP_BACKWARD) */
 };
 
 const attn_plugin* attn_plugin_get(uint32_t index) { return index == 0 ? &kPlugin : NULL; }

@@ -32,7 +32,7 @@ struct Problem {
   std::uint64_t seed;
   double logit_scale = 1.0;
   // the variants (problem.hpp)
-  std::optional<double> softcap;
+  std::optional<double> softcap = {};
   bool sinks = false;        // N(0, 2) sink logits, the first head's -inf
   bool alibi = false;        // the paper's geometric slopes
   std::size_t documents = 0;  // packed documents of equal length (+ the remainder)

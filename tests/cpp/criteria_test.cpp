@@ -249,9 +249,10 @@ TEST(Criteria, TheDistributionVerdictSeesBeneathTheOutputsRounding) {
       // to bf16 before P V (KernelRounding: the avx512bf16 variant's bf16 dot products) has an
       // internal error of a tenth of an ulp and an allowance near one, which the per-row verdict
       // already sees; there the distribution verdict is the looser one (the table's "flags from").
-      if (r.kernel == KernelRounding{})
+      if (r.kernel == KernelRounding{}) {
         EXPECT_TRUE(four.out_tight.within()) << what << ": the per-row verdict alone flags it (row "
                                              << four.out_tight.row << ", " << four.out_tight.ratio << ")";
+      }
       double flags = NAN, per_row = NAN;  // (swept for the fused backend only: each step is a verify())
       for (double kappa = 1e-4; b.name == fused_backend().name && kappa < 64 && (std::isnan(flags) || std::isnan(per_row));
            kappa *= 2) {

@@ -38,7 +38,10 @@ TEST(Heap, WatchSeesAnAllocationAfterAForeignFree) {
   void* foreign = std::malloc(16 * mib);
   ASSERT_NE(foreign, nullptr);
   std::memset(foreign, 1, 4096);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // the mismatch is the case under test
   ::operator delete(foreign);
+#pragma GCC diagnostic pop
   const std::size_t g = growth_of(64 * mib);
   EXPECT_GE(g, 64 * mib);
   EXPECT_LT(g, 65 * mib);

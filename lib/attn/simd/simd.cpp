@@ -120,7 +120,7 @@ struct Choice {
   const SimdKernels* kernels = nullptr;
   bool forced = false;
   const SimdKernels* passed_over = nullptr;  // a wider variant whose bf16 dot products did not pay
-  std::optional<double> dot_ratio;  // the chosen variant's dot-product rate over the FMA's (else the passed-over one's)
+  std::optional<double> dot_ratio = {};  // the chosen variant's dot-product rate over the FMA's (else the passed-over one's)
 };
 
 // The bf16 dot product's rate over the fp32 FMA's on this core, from the

@@ -46,9 +46,9 @@ struct SimdKernels {
   struct Tiling {
     std::size_t block_q = 0, block_k = 0, strip_bytes = 0;
   };
-  Tiling dot_tiles;    // bf16 storage on gemm_bf16 (the dot products)
-  Tiling micro_tiles;  // fp32 accumulation on the micro-kernel (fp32 storage, or narrow storage widened)
-  Tiling decode_tiles;  // a decode step on the decode kernels (block_k only; zero: the plain tiles)
+  Tiling dot_tiles = {};     // bf16 storage on gemm_bf16 (the dot products)
+  Tiling micro_tiles = {};   // fp32 accumulation on the micro-kernel (fp32 storage, or narrow storage widened)
+  Tiling decode_tiles = {};  // a decode step on the decode kernels (block_k only; zero: the plain tiles)
   // Its backward pass's tiles: P and dS of B_q x B_k and K, V packed three
   // ways stay in L2 (variant_*.cpp: where each was measured; docs/performance.md).
   std::size_t backward_block_q = 0, backward_block_k = 0;

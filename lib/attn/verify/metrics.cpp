@@ -86,7 +86,7 @@ struct Magnitudes {
   // product and the rounding of c to A (with tanh' <= 1 the raw score's
   // error passes through undamped at worst): 3 + tanh's; ALiBi's conversion to A and addition: 2.
   double extra_roundings = 0;
-  std::vector<RowMagnitude> rows;
+  std::vector<RowMagnitude> rows = {};
 };
 
 // A row's magnitudes as the global struct bound_from() takes.
