@@ -25,6 +25,7 @@ Verdict fp16_pv_accumulation(const Config& cfg) {
     const Inputs<double> in = random_inputs({1, 1, rows, n, d, d}, cfg.seed + n);
     Options opt;
     const Result<double> ref = ground_truth(in, opt, precision_info("fp64").unit_roundoff).result;
+    const auto& weights = ref.weights.value();  // (the ground truth always returns them)
     double err16 = 0, err32 = 0;
     for (std::size_t i = 0; i < rows; ++i)
       for (std::size_t c = 0; c < d; ++c) {
@@ -32,7 +33,7 @@ Verdict fp16_pv_accumulation(const Config& cfg) {
         float acc32 = 0;
         double exact = 0;
         for (std::size_t j = 0; j < n; ++j) {
-          const fp16 p = fp16((*ref.weights)(0, 0, i, j)), x = fp16(in.v(0, 0, j, c));
+          const fp16 p = fp16(weights(0, 0, i, j)), x = fp16(in.v(0, 0, j, c));
           acc16 += p * x;  // every product and sum rounded to fp16
           acc32 += float(p) * float(x);
           exact += double(p) * double(x);  // fp16 x fp16 is exact in double; the sum errs by ~1e-16

@@ -181,7 +181,7 @@ Raw load_raw(const std::string& path, const std::string& what) {
 
 template <std::size_t N>
 xt::xtensor<double, N> as_tensor(Raw&& raw) {
-  std::array<std::size_t, N> shape;
+  std::array<std::size_t, N> shape{};
   std::copy(raw.shape.begin(), raw.shape.end(), shape.begin());
   xt::xtensor<double, N> t = xt::xtensor<double, N>::from_shape(shape);
   std::copy(raw.data.begin(), raw.data.end(), t.begin());

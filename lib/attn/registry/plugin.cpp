@@ -301,7 +301,10 @@ std::string plugin_capability_names(const attn_plugin& k) {
 std::string plugin_capability_names(unsigned long long capabilities) {
   std::string s;
   for (const Flag& f : kFlags)
-    if (capabilities & f.bit) s += (s.empty() ? "" : " ") + std::string(f.word);
+    if (capabilities & f.bit) {
+      if (!s.empty()) s += ' ';
+      s += f.word;
+    }
   return s.empty() ? "nothing" : s;
 }
 
