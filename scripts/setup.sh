@@ -119,7 +119,7 @@ attn_build_asan() {
 
 # The ThreadSanitizer build: the workers' test alone (tests/cpp/threads_test.cpp: every
 # backend with threads of its own, forward and backward, 2 and 3 workers), -O1 -g1.
-# About 40 s of build on 2 cores with a cold ccache and 1 s of run, measured.
+# In a fresh clone's scripts/test (cold ccache, 2 cores): the stage 1:13, its compiles spanning 69 s, 1.1 s of run.
 attn_build_tsan() {
   if [ ! -f build-tsan/build.ninja ]; then
     meson setup build-tsan -Db_sanitize=thread --buildtype=plain -Doptimization=1 -Dcpp_args=-g1
